@@ -1,0 +1,3 @@
+from glmlaunch.cli import main
+
+main()

@@ -1,0 +1,120 @@
+"""One exception family and the documented exit codes.
+
+Library code raises a :class:`GlmlaunchError` subclass; only ``cli.py`` converts it into a one-line
+message on stderr and the exit code of its class. The codes are part of the public contract (README).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INTERNAL = 1  # a bug in glmlaunch: reported with a traceback only when GLMLAUNCH_DEBUG=1
+    CONFIG = 2  # usage, profile or configuration error
+    HARDWARE = 3  # a hardware check failed (GPU count, capability, P2P, driver, free memory)
+    MARGIN = 4  # the memory margin is below the deployment's minimum
+    PREFLIGHT = 5  # a preflight worker failed, hung, or measured memory disagrees with the ledger
+    LAUNCH = 6  # the vllm executable is missing or cannot be executed
+    WARNINGS = 7  # only warnings, and --strict was given
+    NO_GPU = 8  # no NVIDIA driver / NVML, or no GPU visible
+    INTERRUPTED = 130  # Ctrl-C / SIGTERM
+
+
+class GlmlaunchError(Exception):
+    """Base of every error glmlaunch reports to a user."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        value: object = None,
+        allowed: Sequence[str] | None = None,
+        source: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+        self.value = value
+        self.allowed = list(allowed) if allowed is not None else None
+        self.source = source
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message, with key, value, allowed values, source and hint, on one line."""
+        parts: list[str] = []
+        if self.key is not None:
+            parts.append(f"{self.key}: {self.message}")
+        else:
+            parts.append(self.message)
+        if self.value is not None:
+            parts.append(f"got {self.value!r}")
+        if self.allowed:
+            shown = ", ".join(self.allowed[:12]) + (", …" if len(self.allowed) > 12 else "")
+            parts.append(f"allowed: {shown}")
+        if self.source:
+            parts.append(f"from {self.source}")
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "; ".join(parts).replace("\n", " ")
+
+
+class ConfigError(GlmlaunchError):
+    exit_code = ExitCode.CONFIG
+
+
+class ConfigErrors(ConfigError):
+    """Several configuration errors found at once; each is kept for JSON output and tests."""
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0]
+        more = len(self.errors) - 1
+        super().__init__(
+            first.message,
+            key=first.key,
+            value=first.value,
+            allowed=first.allowed,
+            source=first.source,
+            hint=first.hint,
+        )
+        self.more = more
+
+    def one_line(self) -> str:
+        line = self.errors[0].one_line()
+        if self.more:
+            line += f" (and {self.more} more error{'s' if self.more > 1 else ''})"
+        return line
+
+    def all_lines(self) -> list[str]:
+        return [e.one_line() for e in self.errors]
+
+
+class HardwareError(GlmlaunchError):
+    exit_code = ExitCode.HARDWARE
+
+
+class NoGpuError(GlmlaunchError):
+    exit_code = ExitCode.NO_GPU
+
+
+class MarginError(GlmlaunchError):
+    exit_code = ExitCode.MARGIN
+
+
+class PreflightError(GlmlaunchError):
+    exit_code = ExitCode.PREFLIGHT
+
+
+class LaunchError(GlmlaunchError):
+    exit_code = ExitCode.LAUNCH
+
+
+class StrictWarningsError(GlmlaunchError):
+    exit_code = ExitCode.WARNINGS
