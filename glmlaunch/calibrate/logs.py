@@ -1,0 +1,534 @@
+"""Parse real vLLM boot logs into per-rank memory observations.
+
+Input: the text of one or more boot logs (the composed r14 vLLM tree; memory-model.md §6 lists the lines).
+Every worker line carries a prefix such as
+``(Worker_TP1_DCP1 pid=4242) INFO 11-28 10:15:32 [gpu_worker.py:312]``;
+EngineCore lines carry ``(EngineCore_DP0 pid=…)``. Real logs are messy, so the parser
+
+* strips ANSI colour codes (vLLM colours the process prefix on a TTY);
+* splits on both ``\\n`` and ``\\r`` (tqdm progress bars end in ``\\r`` with no newline) and also at every
+  process prefix found in the middle of a physical line (another process's output glued onto a bar);
+* attributes each message to the process in its prefix, so interleaved ranks do not mix;
+* reports, per rank, which expected lines were found and which were not, and names a line whose opening
+  words were seen but whose body did not parse (a truncated write, or a format this parser does not know).
+
+Values printed in GiB with two decimals are converted to bytes and carry that rounding (±5 MiB); the two
+``--kv-cache-memory-bytes`` suggestions are exact bytes, and so is their difference F0 - R.
+Pure functions over strings; :func:`parse_log_file` is the only one that touches the filesystem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from glmlaunch.units import GIB, KIB, MIB
+
+_UNIT_BYTES = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "KB": KIB, "MB": MIB, "GB": GIB, "TiB": 1024**4}
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
+_PREFIX_RE = re.compile(
+    r"\((?P<proc>[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z]+[0-9]+)*)\s+pid=(?P<pid>[0-9]+)\)\s*"
+    r"(?:(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
+    r"(?:(?P<date>[0-9]{2}-[0-9]{2})\s+(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)\s+)?"
+    r"(?:\[(?P<src>[^\]\s:]+)(?::(?P<lineno>[0-9]+))?\]\s?)?)?"
+)
+_RANK_PART_RE = re.compile(r"_(TP|DCP|PP|DP|EP)([0-9]+)")
+_NUM = r"([0-9]+(?:\.[0-9]+)?)"
+_INT = r"([0-9][0-9,]*)"
+
+# The messages some process writes once per boot: a worker writes them per rank.
+WORKER_FIELDS: tuple[str, ...] = (
+    "weights",
+    "kv_available",
+    "graph_estimate",
+    "graph_pool",
+    "free_memory",
+)
+ENGINE_FIELDS: tuple[str, ...] = ("kv_cache_tokens",)
+
+
+def _n(name: str) -> str:
+    return rf"(?P<{name}>[0-9]+(?:\.[0-9]+)?)"
+
+
+def _to_bytes(number: str, unit: str) -> int:
+    return round(float(number) * _UNIT_BYTES[unit])
+
+
+def _gib(number: str) -> int:
+    return _to_bytes(number, "GiB")
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+class Refusal(BaseModel):
+    """vLLM refused to start: the KV budget cannot hold one request, or the start gate F0 >= R failed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str  # "kv-too-small" | "no-kv-memory" | "start-gate"
+    message: str
+    max_model_len: int | None = None
+    kv_needed_bytes: int | None = None
+    kv_available_bytes: int | None = None
+    estimated_max_model_len: int | None = None
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    requested_bytes: int | None = None
+
+
+class DcpGeometry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    world_size: int
+    max_batch_size: int
+    heads: int
+    query_head_dim: int
+    output_head_dim: int
+
+
+class RankObservation(BaseModel):
+    """Everything one worker process said about memory during one boot."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rank: str
+    tp_rank: int | None = None
+    dcp_rank: int | None = None
+    pp_rank: int | None = None
+    dp_rank: int | None = None
+    pids: list[int] = []
+    weights_bytes: int | None = None
+    load_seconds: float | None = None
+    kv_available_bytes: int | None = None
+    graph_estimate_bytes: int | None = None
+    graph_estimate_retained_bytes: int | None = None
+    graph_actual_bytes: int | None = None
+    graph_pool_estimate_bytes: int | None = None
+    free_at_start_bytes: int | None = None
+    total_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    requested_bytes: int | None = None
+    peak_activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    kv_bytes_to_requested: int | None = None
+    kv_bytes_to_gpu: int | None = None
+    kv_in_use_bytes: int | None = None
+    dcp: DcpGeometry | None = None
+    dcp_transient_bytes: int | None = None
+    refusals: list[Refusal] = []
+    found: list[str] = []
+    missing: list[str] = []
+    unparsed: list[str] = []
+
+    @property
+    def start_headroom_bytes(self) -> int | None:
+        """F0 - R exactly: the difference of the two suggested --kv-cache-memory-bytes values."""
+        if self.kv_bytes_to_gpu is None or self.kv_bytes_to_requested is None:
+            return None
+        return self.kv_bytes_to_gpu - self.kv_bytes_to_requested
+
+
+class EngineObservation(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    process: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = None
+    vllm_version: str | None = None
+    refusals: list[Refusal] = []
+    found: list[str] = []
+    missing: list[str] = []
+    unparsed: list[str] = []
+
+
+class BootLog(BaseModel):
+    """The parse of one log: per-rank observations, the engine's lines, and what the log lacked."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    sha256: str
+    size_bytes: int
+    ranks: list[RankObservation]
+    engine: EngineObservation
+    unattributed_refusals: list[Refusal] = []
+    ends_mid_line: bool = False
+    complete: bool = False
+    repeated_ranks: list[str] = []
+
+    @property
+    def refused(self) -> bool:
+        return bool(
+            self.unattributed_refusals or self.engine.refusals or any(r.refusals for r in self.ranks)
+        )
+
+    def rank(self, name: str) -> RankObservation:
+        for r in self.ranks:
+            if r.rank == name:
+                return r
+        raise KeyError(name)
+
+
+@dataclass
+class _Acc:
+    """Mutable accumulator for one process while scanning; frozen into an observation at the end."""
+
+    name: str
+    pids: list[int] = field(default_factory=list)
+    values: dict[str, object] = field(default_factory=dict)
+    found: list[str] = field(default_factory=list)
+    unparsed: list[str] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
+    repeated: bool = False
+
+    def put(self, key: str, updates: dict[str, object]) -> None:
+        if key in self.found:
+            # A second boot in the same file (or a restart): the later boot wins, and we say so.
+            self.repeated = True
+        else:
+            self.found.append(key)
+        self.values.update(updates)
+
+
+_Handler = Callable[[re.Match[str]], dict[str, object]]
+
+
+@dataclass(frozen=True)
+class _Matcher:
+    key: str
+    lead: str  # words that identify the line even when its body is cut off
+    pattern: re.Pattern[str]
+    handle: _Handler
+
+
+def _weights(m: re.Match[str]) -> dict[str, object]:
+    return {"weights_bytes": _to_bytes(m.group(1), m.group(2)), "load_seconds": float(m.group(3))}
+
+
+def _free_memory(m: re.Match[str]) -> dict[str, object]:
+    return {
+        "free_at_start_bytes": _gib(m.group("free")),
+        "total_bytes": _gib(m.group("total")),
+        "gpu_memory_utilization": float(m.group("gmu")),
+        "requested_bytes": _gib(m.group("req")),
+        "weights_free_line_bytes": _gib(m.group("w")),
+        "peak_activation_bytes": _gib(m.group("p")),
+        "non_torch_bytes": _gib(m.group("n")),
+        "cudagraph_bytes": _gib(m.group("g")),
+        "kv_bytes_to_requested": int(m.group("kvreq")),
+        "kv_bytes_to_gpu": int(m.group("kvgpu")),
+        "kv_in_use_bytes": _gib(m.group("kvuse")),
+    }
+
+
+def _dcp(m: re.Match[str]) -> dict[str, object]:
+    pairs = dict(re.findall(r"([a-z_]+)=([0-9]+)", m.group(1)))
+    return {
+        "dcp": DcpGeometry(
+            world_size=int(pairs["world_size"]),
+            max_batch_size=int(pairs["max_batch_size"]),
+            heads=int(pairs["heads"]),
+            query_head_dim=int(pairs["query_head_dim"]),
+            output_head_dim=int(pairs["output_head_dim"]),
+        )
+    }
+
+
+_WORKER_MATCHERS: tuple[_Matcher, ...] = (
+    _Matcher(
+        "weights",
+        "Model loading took",
+        re.compile(rf"Model loading took {_NUM} ?(GiB|MiB|GB|MB)(?: memory)? and {_NUM} ?s(?:econds)?"),
+        _weights,
+    ),
+    _Matcher(
+        "kv_available",
+        "Available KV cache memory:",
+        re.compile(rf"Available KV cache memory: {_NUM} ?(GiB|MiB)"),
+        lambda m: {"kv_available_bytes": _to_bytes(m.group(1), m.group(2))},
+    ),
+    _Matcher(
+        "graph_estimate",
+        "CUDA graph memory:",
+        re.compile(
+            rf"Estimated (?:[A-Za-z0-9]+ )?CUDA graph memory: {_NUM} GiB total"
+            rf"(?: \({_NUM} GiB retained in the reusable pool\))?"
+        ),
+        lambda m: {
+            "graph_estimate_bytes": _gib(m.group(1)),
+            "graph_estimate_retained_bytes": _gib(m.group(2)) if m.group(2) else None,
+        },
+    ),
+    _Matcher(
+        "graph_pool",
+        "CUDA graph pool memory:",
+        re.compile(rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)"),
+        lambda m: {"graph_actual_bytes": _gib(m.group(1)), "graph_pool_estimate_bytes": _gib(m.group(2))},
+    ),
+    _Matcher(
+        "free_memory",
+        "Free memory on device",
+        re.compile(
+            rf"Free memory on device(?: [^\s(]+)? \({_n('free')}/{_n('total')} GiB\)"
+            rf" on startup\. Desired GPU memory utilization is \({_n('gmu')},"
+            rf" {_n('req')} GiB\)\. Actual usage is {_n('w')} GiB for"
+            rf" weight, {_n('p')} GiB for peak activation,"
+            rf" {_n('n')} GiB for non-torch memory, and"
+            rf" {_n('g')} GiB for CUDAGraph memory\..*?"
+            r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`.*?to fit into requested memory, or"
+            r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`.*?to fully utilize gpu memory\."
+            rf" Current kv cache memory in use is {_n('kvuse')} GiB"
+        ),
+        _free_memory,
+    ),
+    _Matcher(
+        "dcp_collectives",
+        "Using B12X PCIe DCP collectives",
+        re.compile(r"Using B12X PCIe DCP collectives \(((?:[a-z_]+=[0-9]+(?:, )?)+)\)"),
+        _dcp,
+    ),
+    _Matcher(
+        "dcp_transient",
+        "of B12X sparse DCP transient memory",
+        re.compile(
+            rf"Including {_NUM} ?(GiB|MiB|KiB|B) of B12X sparse DCP transient memory in the profile peak"
+        ),
+        lambda m: {"dcp_transient_bytes": _to_bytes(m.group(1), m.group(2))},
+    ),
+)
+
+_ENGINE_MATCHERS: tuple[_Matcher, ...] = (
+    _Matcher(
+        "kv_cache_tokens",
+        "GPU KV cache size:",
+        re.compile(rf"GPU KV cache size: {_INT} tokens"),
+        lambda m: {"kv_cache_tokens": _int(m.group(1))},
+    ),
+    _Matcher(
+        "max_concurrency",
+        "Maximum concurrency for",
+        re.compile(rf"Maximum concurrency for {_INT} tokens per request: {_NUM}x"),
+        lambda m: {"max_concurrency_tokens": _int(m.group(1)), "max_concurrency": float(m.group(2))},
+    ),
+)
+
+_VERSION_RES = (
+    re.compile(r"vLLM API server version ([0-9][^\s,]*)"),
+    re.compile(r"Initializing a V[0-9] LLM engine \(v([0-9][^\s)]*)\)"),
+)
+
+_KV_REFUSAL_LEAD = "KV cache is needed, which is larger than the available KV cache memory"
+_NO_KV_LEAD = "No available memory for the cache blocks"
+_GATE_LEAD = "on startup is less than desired GPU memory utilization"
+_GATE_RE = re.compile(
+    rf"Free memory on device(?: [^\s(]+)? \({_NUM}/{_NUM} GiB\) on startup is less than desired GPU memory"
+    rf" utilization \({_NUM}, {_NUM} GiB\)"
+)
+
+
+def _refusal(message: str) -> Refusal | None:
+    if _KV_REFUSAL_LEAD in message:
+        needed = re.search(rf"\(?{_NUM} ?GiB KV cache is needed", message)
+        avail = re.search(rf"available KV cache memory \({_NUM} ?GiB\)", message)
+        mml = re.search(r"max seq len \(([0-9]+)\)", message)
+        est = re.search(r"estimated maximum model length is ([0-9]+)", message)
+        return Refusal(
+            kind="kv-too-small",
+            message=message.strip(),
+            kv_needed_bytes=_gib(needed.group(1)) if needed else None,
+            kv_available_bytes=_gib(avail.group(1)) if avail else None,
+            max_model_len=int(mml.group(1)) if mml else None,
+            estimated_max_model_len=int(est.group(1)) if est else None,
+        )
+    if _NO_KV_LEAD in message:
+        return Refusal(kind="no-kv-memory", message=message.strip())
+    if _GATE_LEAD in message:
+        gate = _GATE_RE.search(message)
+        return Refusal(
+            kind="start-gate",
+            message=message.strip(),
+            free_bytes=_gib(gate.group(1)) if gate else None,
+            total_bytes=_gib(gate.group(2)) if gate else None,
+            gpu_memory_utilization=float(gate.group(3)) if gate else None,
+            requested_bytes=_gib(gate.group(4)) if gate else None,
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class _Message:
+    process: str | None
+    pid: int | None
+    text: str
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI_RE.sub("", text)
+
+
+def iter_messages(text: str) -> Iterator[_Message]:
+    """Split a raw log into messages, each attributed to the process named in its prefix (or None)."""
+    for segment in re.split(r"\r\n|\r|\n", strip_ansi(text)):
+        if not segment.strip():
+            continue
+        starts = list(_PREFIX_RE.finditer(segment))
+        if not starts:
+            yield _Message(None, None, segment)
+            continue
+        if starts[0].start() > 0 and segment[: starts[0].start()].strip():
+            # progress-bar text glued in front of a prefixed line
+            yield _Message(None, None, segment[: starts[0].start()])
+        for i, m in enumerate(starts):
+            end = starts[i + 1].start() if i + 1 < len(starts) else len(segment)
+            yield _Message(m.group("proc"), int(m.group("pid")), segment[m.end() : end])
+
+
+def _is_worker(process: str) -> bool:
+    return process.startswith("Worker") or process.startswith("VllmWorker")
+
+
+def _is_engine(process: str) -> bool:
+    return process.startswith("EngineCore") or process.startswith("LLMEngine")
+
+
+def _apply(acc: _Acc, matchers: Iterable[_Matcher], text: str) -> None:
+    for matcher in matchers:
+        if matcher.lead not in text:
+            continue
+        m = matcher.pattern.search(text)
+        if m:
+            acc.put(matcher.key, matcher.handle(m))
+        elif matcher.key not in acc.found:
+            acc.unparsed.append(f"{matcher.key}: {text.strip()[:160]}")
+        return
+
+
+def _rank_indices(process: str) -> dict[str, int]:
+    names = {"TP": "tp_rank", "DCP": "dcp_rank", "PP": "pp_rank", "DP": "dp_rank"}
+    return {names[k]: int(v) for k, v in _RANK_PART_RE.findall(process) if k in names}
+
+
+def _rank_sort_key(obs: RankObservation) -> tuple[int, int, int, str]:
+    return (obs.dp_rank or 0, obs.pp_rank or 0, obs.tp_rank if obs.tp_rank is not None else 1 << 30, obs.rank)
+
+
+def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
+    """Parse one boot log's text; never raises on malformed content (it is reported instead)."""
+    workers: dict[str, _Acc] = {}
+    engine = _Acc(name="engine")
+    engine_name: str | None = None
+    unattributed: list[Refusal] = []
+    version: str | None = None
+
+    for msg in iter_messages(text):
+        if version is None:
+            for vre in _VERSION_RES:
+                vm = vre.search(msg.text)
+                if vm:
+                    version = vm.group(1)
+                    break
+        refusal = _refusal(msg.text)
+        if msg.process is None:
+            if refusal is not None and refusal not in unattributed:
+                unattributed.append(refusal)
+            continue
+        if _is_worker(msg.process):
+            acc = workers.setdefault(msg.process, _Acc(name=msg.process))
+            if msg.pid is not None and msg.pid not in acc.pids:
+                acc.pids.append(msg.pid)
+            if refusal is not None:
+                if refusal not in acc.refusals:
+                    acc.refusals.append(refusal)
+                continue
+            _apply(acc, _WORKER_MATCHERS, msg.text)
+        elif _is_engine(msg.process):
+            engine_name = engine_name or msg.process
+            if refusal is not None:
+                if refusal not in engine.refusals:
+                    engine.refusals.append(refusal)
+                continue
+            _apply(engine, _ENGINE_MATCHERS, msg.text)
+        elif refusal is not None and refusal not in unattributed:
+            unattributed.append(refusal)
+
+    attributed = [r for a in (engine, *workers.values()) for r in a.refusals]
+    # A worker's or EngineCore's exception is often echoed again, unprefixed, by the parent process.
+    unattributed = [r for r in unattributed if r not in attributed]
+    kinds = {r.kind for r in (*attributed, *unattributed)}
+    ranks = [_freeze_rank(acc, kinds) for acc in workers.values()]
+    ranks.sort(key=_rank_sort_key)
+    refused = bool(kinds)
+    engine_obs = EngineObservation(
+        process=engine_name,
+        vllm_version=version,
+        refusals=engine.refusals,
+        found=engine.found,
+        missing=[] if refused else [k for k in ENGINE_FIELDS if k not in engine.found],
+        unparsed=engine.unparsed,
+        **{k: v for k, v in engine.values.items() if k in EngineObservation.model_fields},
+    )
+    complete = refused or (
+        bool(ranks) and all(not r.missing for r in ranks) and engine_obs.kv_cache_tokens is not None
+    )
+    raw = text.encode("utf-8", "surrogateescape")
+    return BootLog(
+        source=source,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        size_bytes=len(raw),
+        ranks=ranks,
+        engine=engine_obs,
+        unattributed_refusals=unattributed,
+        ends_mid_line=bool(text) and not text.endswith(("\n", "\r")),
+        complete=complete,
+        repeated_ranks=[a.name for a in workers.values() if a.repeated],
+    )
+
+
+def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
+    values = dict(acc.values)
+    # Both lines state W; the load line is the primary one, the free-memory line backs it up.
+    free_line_w = values.pop("weights_free_line_bytes", None)
+    if values.get("weights_bytes") is None and free_line_w is not None:
+        values["weights_bytes"] = free_line_w
+    expected = list(WORKER_FIELDS)
+    if "_DCP" in acc.name:
+        expected.append("dcp_collectives")
+    if "start-gate" in refusal_kinds:
+        # The start gate refuses before the model loads: nothing was expected yet.
+        expected = []
+    elif refusal_kinds:
+        # A KV refusal ends the boot before graph capture: only what came before it is expected.
+        expected = [k for k in expected if k in ("weights", "kv_available", "dcp_collectives")]
+    missing = [k for k in expected if k not in acc.found]
+    return RankObservation(
+        rank=acc.name,
+        pids=acc.pids,
+        refusals=acc.refusals,
+        found=acc.found,
+        missing=missing,
+        unparsed=acc.unparsed,
+        **_rank_indices(acc.name),
+        **values,
+    )
+
+
+def parse_log_file(path: str | Path) -> BootLog:
+    """Read a log (any encoding; undecodable bytes are kept as escapes) and parse it."""
+    p = Path(path)
+    raw = p.read_bytes()
+    text = raw.decode("utf-8", "surrogateescape")
+    log = parse_log_text(text, source=str(p))
+    # Hash the bytes on disk, not the re-encoded text, so a record names exactly the file it came from.
+    return log.model_copy(update={"sha256": hashlib.sha256(raw).hexdigest(), "size_bytes": len(raw)})

@@ -1,0 +1,171 @@
+"""A calibration record: one parsed boot, its fingerprint, and the per-rank terms derived from it.
+
+Derivation (memory-model.md §6), per worker rank:
+
+* W from "Model loading took", P / N / graph-actual from the free-memory line, G_e from the MRV2 estimate
+  line (or, when that line is absent, ``R - W - P - N - KV``), KV from "Available KV cache memory".
+* The free-memory line's two ``--kv-cache-memory-bytes`` suggestions differ by exactly ``F0 - R``. With the
+  card's exact total T (an inventory, or the profile's ``hardware.memory_per_gpu`` when it agrees with the
+  log to the log's 0.01 GiB) and the logged GMU, ``R = GMU * T`` and ``T - F0`` follow to the byte; otherwise
+  ``T - F0`` comes from the two-decimal GiB figures (±10 MiB).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from glmlaunch.calibrate.fingerprint import Fingerprint
+from glmlaunch.calibrate.logs import BootLog, RankObservation
+from glmlaunch.calibrate.terms import CalibratedTerms
+from glmlaunch.units import GIB
+
+RECORD_KIND: Final = "glmlaunch-calibration"
+SCHEMA_VERSION: Final = 1
+
+# Half of the last printed digit of a "%.2f GiB" figure.
+LOG_GIB_RESOLUTION = int(0.005 * GIB)
+
+# The terms a record needs before it may stand in for the ledger's defaults.
+REQUIRED_TERMS: tuple[str, ...] = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes")
+
+
+class Calibration(BaseModel):
+    """One ingested boot. ``ranks`` holds the derived terms; ``boot`` keeps everything the log said."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["glmlaunch-calibration"] = RECORD_KIND
+    schema_version: Literal[1] = SCHEMA_VERSION
+    record_id: str
+    created_at: AwareDatetime
+    profile: str | None
+    fingerprint: Fingerprint
+    fingerprint_digest: str
+    boot: BootLog
+    ranks: list[CalibratedTerms]
+    total_bytes_exact: bool
+    notes: list[str] = []
+
+    @property
+    def usable(self) -> bool:
+        """Complete enough to replace defaults: every rank has W, P and N, and vLLM did not refuse."""
+        return (
+            bool(self.ranks)
+            and not self.boot.refused
+            and all(getattr(t, name) is not None for t in self.ranks for name in REQUIRED_TERMS)
+        )
+
+    def unusable_reason(self) -> str | None:
+        if self.usable:
+            return None
+        if not self.ranks:
+            return "the log has no worker rank lines"
+        if self.boot.refused:
+            return "vLLM refused to start in this boot"
+        gaps = sorted({n for t in self.ranks for n in REQUIRED_TERMS if getattr(t, n) is None})
+        return "missing " + ", ".join(gaps) + (" (log truncated?)" if not self.boot.complete else "")
+
+    def worst(self) -> CalibratedTerms:
+        return CalibratedTerms.worst(self.ranks, source=f"calibration {self.record_id} (worst rank)")
+
+    def for_rank(self, index: int) -> CalibratedTerms:
+        """Terms of TP rank ``index`` (the ranks' order when the log names no TP index)."""
+        for obs, terms in zip(self.boot.ranks, self.ranks, strict=True):
+            if obs.tp_rank == index:
+                return terms
+        return self.ranks[index]
+
+
+def _exact_total(obs: RankObservation, total_bytes: int | None) -> tuple[int | None, bool]:
+    if obs.total_bytes is None:
+        return total_bytes, total_bytes is not None
+    if total_bytes is not None and abs(total_bytes - obs.total_bytes) <= LOG_GIB_RESOLUTION:
+        return total_bytes, True
+    return obs.total_bytes, False
+
+
+def derive_terms(
+    obs: RankObservation, *, total_bytes: int | None, source: str
+) -> tuple[CalibratedTerms, bool]:
+    """Per-rank terms from one observation; the flag says whether T (hence T - F0) is exact."""
+    total, exact = _exact_total(obs, total_bytes)
+    pre_snapshot: int | None = None
+    requested: int | None = obs.requested_bytes
+    if total is not None and obs.gpu_memory_utilization is not None and exact:
+        # vLLM's requested_memory is total * GMU as a float; int() is what its arithmetic then uses.
+        requested = int(total * obs.gpu_memory_utilization)
+    headroom = obs.start_headroom_bytes
+    if total is not None and requested is not None and headroom is not None and exact:
+        pre_snapshot = total - (requested + headroom)
+    elif total is not None and obs.free_at_start_bytes is not None:
+        pre_snapshot = total - obs.free_at_start_bytes
+    graph_estimate = obs.graph_estimate_bytes
+    if graph_estimate is None and None not in (
+        requested,
+        obs.weights_bytes,
+        obs.peak_activation_bytes,
+        obs.non_torch_bytes,
+        obs.kv_available_bytes,
+    ):
+        graph_estimate = max(
+            0,
+            int(requested or 0)
+            - int(obs.weights_bytes or 0)
+            - int(obs.peak_activation_bytes or 0)
+            - int(obs.non_torch_bytes or 0)
+            - int(obs.kv_available_bytes or 0),
+        )
+    terms = CalibratedTerms(
+        rank=obs.rank,
+        source=source,
+        weights_bytes=obs.weights_bytes,
+        activation_peak_bytes=obs.peak_activation_bytes,
+        non_torch_bytes=obs.non_torch_bytes,
+        graph_estimate_bytes=graph_estimate,
+        graph_actual_bytes=obs.cudagraph_bytes if obs.cudagraph_bytes is not None else obs.graph_actual_bytes,
+        pre_snapshot_bytes=pre_snapshot,
+        kv_cache_bytes=obs.kv_available_bytes,
+        total_bytes=total,
+        dcp_transient_bytes=obs.dcp_transient_bytes,
+    )
+    return terms, exact
+
+
+def build_calibration(
+    boot: BootLog,
+    fingerprint: Fingerprint,
+    *,
+    profile: str | None,
+    total_bytes: int | None = None,
+    created_at: datetime | None = None,
+) -> Calibration:
+    """Turn a parsed boot into a record (pure; the store writes it)."""
+    digest = fingerprint.digest
+    record_id = f"{digest[:16]}-{boot.sha256[:12]}"
+    derived = [
+        derive_terms(obs, total_bytes=total_bytes, source=f"boot log {boot.source} ({obs.rank})")
+        for obs in boot.ranks
+    ]
+    notes: list[str] = []
+    if boot.repeated_ranks:
+        repeated = ", ".join(boot.repeated_ranks)
+        notes.append(f"the log holds more than one boot for {repeated}; the last one wins")
+    if not boot.complete:
+        notes.append("the log ends before every expected line was written")
+    exact = bool(derived) and all(e for _, e in derived)
+    if derived and not exact:
+        notes.append("T - F0 from two-decimal GiB figures (±10 MiB); no exact total agreed with the log")
+    return Calibration(
+        record_id=record_id,
+        created_at=created_at or datetime.now(UTC),
+        profile=profile,
+        fingerprint=fingerprint,
+        fingerprint_digest=digest,
+        boot=boot,
+        ranks=[t for t, _ in derived],
+        total_bytes_exact=exact,
+        notes=notes,
+    )

@@ -1,0 +1,225 @@
+"""Calibration records on disk, and the lookup ``plan`` / ``check`` / ``preflight`` use.
+
+Layout: ``<cache>/calibration/<record_id>.json``, one JSON document per ingested boot, where ``<cache>`` is
+``$GLMLAUNCH_CACHE_DIR`` or the platform's user cache directory (platformdirs) for ``glmlaunch``.
+
+* Writes are atomic: a temporary file in the same directory, flushed and fsynced, then ``os.replace``.
+* Writers hold ``<cache>/calibration/.lock`` (filelock) for the whole check-then-write, so concurrent ingests
+  of the same boot leave one record and concurrent ingests of different boots lose none. Readers take no
+  lock: a reader sees either the old file or the new one, never a half-written one.
+* Files that are not valid JSON, not a glmlaunch calibration, or of an unknown schema version are skipped
+  with a warning naming the file; they are never deleted.
+* A record is used only when its fingerprint matches; every record that did not match is reported with the
+  fields that differ (:class:`Lookup`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from filelock import FileLock
+from pydantic import ValidationError
+
+from glmlaunch.calibrate.fingerprint import Comparison, compare, make_fingerprint
+from glmlaunch.calibrate.records import RECORD_KIND, SCHEMA_VERSION, Calibration
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.errors import ConfigError
+from glmlaunch.inventory import Inventory
+from glmlaunch.registry import GLMLAUNCH_CACHE_DIR
+
+LOCK_TIMEOUT_S = 30.0
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    configured = env.get(GLMLAUNCH_CACHE_DIR, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_cache_dir("glmlaunch", appauthor=False))
+
+
+def calibration_dir(environ: Mapping[str, str] | None = None) -> Path:
+    return cache_dir(environ) / "calibration"
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    path: Path
+    replaced: bool
+
+
+@dataclass(frozen=True)
+class Loaded:
+    records: tuple[Calibration, ...]
+    warnings: tuple[str, ...]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Store:
+    """The calibration directory. Construct with an explicit root in tests; ``Store.default()`` otherwise."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @classmethod
+    def default(cls, environ: Mapping[str, str] | None = None) -> Store:
+        return cls(calibration_dir(environ))
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / ".lock"
+
+    def _ensure(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the calibration directory: {exc.strerror or exc}",
+                key=GLMLAUNCH_CACHE_DIR,
+                value=str(self.root),
+                hint=f"set {GLMLAUNCH_CACHE_DIR} to a writable directory",
+            ) from None
+
+    def path_for(self, record_id: str) -> Path:
+        return self.root / f"{record_id}.json"
+
+    def save(self, record: Calibration) -> SaveResult:
+        self._ensure()
+        path = self.path_for(record.record_id)
+        text = record.model_dump_json(indent=2) + "\n"
+        with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
+            replaced = path.exists()
+            _atomic_write(path, text)
+        return SaveResult(path=path, replaced=replaced)
+
+    def load(self) -> Loaded:
+        if not self.root.is_dir():
+            return Loaded((), ())
+        records: list[Calibration] = []
+        warnings: list[str] = []
+        for path in sorted(self.root.glob("*.json")):
+            record, problem = read_record(path)
+            if record is not None:
+                records.append(record)
+            elif problem is not None:
+                warnings.append(f"skipped {path}: {problem}")
+        records.sort(key=lambda r: r.created_at, reverse=True)
+        return Loaded(tuple(records), tuple(warnings))
+
+    def get(self, ref: str) -> Calibration:
+        """A record by id or unique id prefix."""
+        loaded = self.load()
+        hits = [r for r in loaded.records if r.record_id == ref] or [
+            r for r in loaded.records if r.record_id.startswith(ref)
+        ]
+        if len(hits) == 1:
+            return hits[0]
+        allowed = [r.record_id for r in loaded.records]
+        if not hits:
+            raise ConfigError("no calibration record with this id", key="record", value=ref, allowed=allowed)
+        raise ConfigError("the id prefix matches several records", key="record", value=ref, allowed=allowed)
+
+
+def read_record(path: Path) -> tuple[Calibration | None, str | None]:
+    """Read one file: (record, None), or (None, why it was skipped)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return None, f"cannot read it ({exc.strerror or exc})"
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
+        return None, "not a glmlaunch calibration record"
+    if data.get("schema_version") != SCHEMA_VERSION:
+        return None, f"schema version {data.get('schema_version')!r}; this glmlaunch reads {SCHEMA_VERSION}"
+    try:
+        record = Calibration.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return None, f"invalid record ({where}: {first['msg']})"
+    if record.fingerprint_digest != record.fingerprint.digest:
+        return None, "its fingerprint digest does not match its fingerprint (edited by hand?)"
+    if path.stem != record.record_id:
+        return None, f"its record id {record.record_id} does not match the file name"
+    return record, None
+
+
+@dataclass(frozen=True)
+class Rejected:
+    record_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The outcome of looking for a calibration: the record used (if any), and why the others were not."""
+
+    calibration: Calibration | None
+    comparison: Comparison | None
+    rejected: tuple[Rejected, ...]
+    warnings: tuple[str, ...]
+    store: Path
+
+    def message(self) -> str:
+        """One line for stderr: which record is used instead of defaults, or why none is."""
+        if self.calibration is not None and self.comparison is not None:
+            return (
+                f"using calibration {self.calibration.record_id} (boot log {self.calibration.boot.source}) "
+                f"instead of defaults; {self.comparison.explain()}"
+            )
+        if not self.rejected:
+            return f"no calibration records in {self.store}; using defaults"
+        first = self.rejected[0]
+        more = f" (and {len(self.rejected) - 1} more)" if len(self.rejected) > 1 else ""
+        return f"no matching calibration; using defaults. {first.record_id}: {first.reason}{more}"
+
+
+def lookup_calibration(
+    config: DeploymentConfig,
+    inventory: Inventory | None = None,
+    *,
+    store: Store | None = None,
+    relax: Iterable[str] = (),
+    versions: Mapping[str, str | None] | None = None,
+) -> Lookup:
+    """The newest usable record whose fingerprint matches; ``relax`` lists settings keys allowed to differ."""
+    st = store or Store.default()
+    loaded = st.load()
+    current = make_fingerprint(config, inventory, versions=versions)
+    relax = tuple(relax)
+    rejected: list[Rejected] = []
+    for record in loaded.records:
+        comparison = compare(record.fingerprint, current, relax=relax)
+        if not comparison.matches:
+            rejected.append(Rejected(record.record_id, "differs in " + comparison.explain()))
+            continue
+        reason = record.unusable_reason()
+        if reason is not None:
+            rejected.append(Rejected(record.record_id, f"matches but is not usable: {reason}"))
+            continue
+        return Lookup(record, comparison, tuple(rejected), loaded.warnings, st.root)
+    return Lookup(None, None, tuple(rejected), loaded.warnings, st.root)
+
+
+def find_calibration(config: DeploymentConfig, inventory: Inventory | None = None) -> Calibration | None:
+    """The matching record from the default store, or None; use :func:`lookup_calibration` to say why."""
+    return lookup_calibration(config, inventory).calibration
