@@ -30,13 +30,14 @@ from pydantic import BaseModel, ConfigDict
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.inventory import Inventory
 
-JsonLeaf = str | int | float | bool | list[Any] | None
+JsonLeaf = str | int | float | bool | list[Any] | dict[str, Any] | None
 
 #: Configuration keys (dotted prefixes) that cannot change W, P, N, G_e or the pre-snapshot footprint.
 NON_MEMORY_SETTINGS: tuple[str, ...] = (
     "description",
     "hardware",  # the expectation; the real hardware is the hardware.* group
     "model.served_name",
+    "parallel.gpus",  # which GPUs is identity (hardware.gpu_uuids), not a memory setting
     "model.weights_per_rank",  # a hint the calibration supersedes
     "memory.gpu_memory_utilization",
     "memory.kv_cache_memory_bytes",
@@ -222,11 +223,11 @@ def compare(recorded: Fingerprint, current: Fingerprint, *, relax: Iterable[str]
         if key == "hardware.source":
             continue
         a, b = rec.get(key), cur.get(key)
-        if a == b:
-            continue
         if key.startswith(_MAY_BE_UNKNOWN_PREFIXES) and (a is None or b is None):
-            side = "the record" if a is None else "this run"
+            side = "both" if a is None and b is None else "the record" if a is None else "this run"
             unchecked.append(f"{key} (unknown to {side})")
+            continue
+        if a == b:
             continue
         diff = FieldDiff(key, a, b)
         (relaxed if key in relax_set else diffs).append(diff)

@@ -170,9 +170,7 @@ class BootLog(BaseModel):
 
     @property
     def refused(self) -> bool:
-        return bool(
-            self.unattributed_refusals or self.engine.refusals or any(r.refusals for r in self.ranks)
-        )
+        return bool(self.unattributed_refusals or self.engine.refusals or any(r.refusals for r in self.ranks))
 
     def rank(self, name: str) -> RankObservation:
         for r in self.ranks:
