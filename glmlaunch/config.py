@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from glmlaunch.units import ByteSize
+from glmlaunch.units import GIB, KIB, MIB, ByteSize
 
 Stack = Literal["sparkinfer-r12", "b12x"]
 Runner = Literal["v1", "v2"]
@@ -39,8 +39,8 @@ class _Section(BaseModel):
 
 def _wire_alias(value: object) -> object:
     # The launchers spell the lossless mode "0"; people also write bf16/off/false.
-    if isinstance(value, bool):
-        return "0" if not value else value
+    if value is False:
+        return "0"
     if isinstance(value, int) and value == 0:
         return "0"
     if isinstance(value, str) and value.strip().lower() in {"bf16", "off", "none", "false", ""}:
@@ -118,7 +118,7 @@ class HardwareSection(_Section):
     gpu_model: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     gpu_count: int = Field(4, ge=1)
     memory_per_gpu: ByteSize = Field(
-        "95.01GiB", description="usable device memory per GPU as cudaMemGetInfo reports it"
+        round(95.01 * GIB), description="usable device memory per GPU as cudaMemGetInfo reports it"
     )
     compute_capability: str = Field("12.0", pattern=r"^[0-9]+\.[0-9]+$")
     num_sms: int = Field(188, gt=0)
@@ -202,7 +202,7 @@ class MemorySection(_Section):
     kv_cache_dtype: KvCacheDtype = "auto"
     allocator: AllocatorSection = AllocatorSection()
     min_margin: ByteSize = Field(
-        "1GiB", description="steady-state margin every rank must keep after everything budgeted"
+        1 * GIB, description="steady-state margin every rank must keep after everything budgeted"
     )
     estimate_cudagraphs: bool = True
     profile_include_attn: bool = True
@@ -223,10 +223,10 @@ class CommSection(_Section):
         False, description="explicit opt-in for a compressed (numerics-changing) DMA wire mode"
     )
     dma_min_bytes: ByteSize | None = Field(
-        "6MB", description="DMA all-reduce crossover; null/'off' builds no DMA object and no slab"
+        6 * MIB, description="DMA all-reduce crossover; null/'off' builds no DMA object and no slab"
     )
-    oneshot_allreduce_max_size: ByteSize = "64KB"
-    oneshot_fused_max_size: ByteSize = "84KB"
+    oneshot_allreduce_max_size: ByteSize = 64 * KIB
+    oneshot_fused_max_size: ByteSize = 84 * KIB
     oneshot_push: bool = False
     dcp_a2a: bool = True
     dcp_a2a_max_tokens: int = Field(64, ge=0, description="0 = uncapped (staging sized from batched tokens)")
@@ -398,7 +398,7 @@ class DeploymentConfig(_Section):
             return list(range(step, self.cudagraph.capture_rule.max + 1, step))
         # vLLM's own default list, capped at max_num_seqs * decode step.
         cap = min(512, self.scheduler.max_num_seqs * self.decode_step)
-        base = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+        base = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
         return [s for s in base if s <= cap] or [1]
 
     @property

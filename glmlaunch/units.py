@@ -60,14 +60,16 @@ def parse_size(value: object) -> int:
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"unknown size unit {unit!r}; use B, KB/KiB, MB/MiB, GB/GiB or TB/TiB (all 1024-based)")
+        raise ValueError(
+            f"unknown size unit {unit!r}; use B, KB/KiB, MB/MiB, GB/GiB or TB/TiB (all 1024-based)"
+        )
     result = float(number) * factor
     if result > _MAX_BYTES:
         raise ValueError("size is too large")
     if factor == 1 and result != int(result):
         raise ValueError(f"{value!r} is not a whole number of bytes")
     # Fractions of a larger unit (95.01GiB) round to the nearest byte.
-    return int(round(result))
+    return round(result)
 
 
 def format_size(n: float, *, precision: int = 2) -> str:

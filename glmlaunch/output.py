@@ -1,0 +1,101 @@
+"""Where output goes, and secret masking.
+
+stdout carries data only (tables, JSON, export lines); messages, warnings and progress go to stderr.
+Every printed string passes through :func:`mask_secrets` so a token never reaches a terminal or a log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.console import Console
+
+from glmlaunch.registry import GLMLAUNCH_DEBUG
+
+#: A name is secret when one of its _-separated parts is one of these (HF_TOKEN, OPENAI_API_KEY,
+#: AWS_SECRET_ACCESS_KEY, DB_PASSWORD). Whole parts only: "turnkey" is a profile and
+#: VLLM_DCP_A2A_MAX_TOKENS a count, neither a secret.
+SECRET_MARKERS: frozenset[str] = frozenset(
+    {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
+)
+MASK = "****"
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
+out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+
+_known_secrets: set[str] = set()
+
+
+def is_secret_name(name: str) -> bool:
+    return any(part in SECRET_MARKERS for part in re.split(r"[^A-Z0-9]+", name.upper()))
+
+
+def register_secrets(environ: Mapping[str, str]) -> None:
+    """Remember the values of secret-named variables so they are masked wherever they appear."""
+    for name, value in environ.items():
+        if is_secret_name(name) and len(value) >= 4:
+            _known_secrets.add(value)
+
+
+def mask_secrets(text: str, extra: Iterable[str] = ()) -> str:
+    """Replace every known secret value, and NAME=value pairs of secret-named variables, by a mask."""
+    secrets = sorted({*(_known_secrets), *(s for s in extra if len(s) >= 4)}, key=len, reverse=True)
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+
+
+_ASSIGNMENT = re.compile(
+    r"\b((?:[A-Z0-9]+_)*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|APIKEY)(?:_[A-Z0-9]+)*)"
+    r"(\s*[=:]\s*[\"']?)(?!\*\*\*\*)[^\s\"',;]+"
+)
+
+
+def mask_mapping(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def mask_obj(obj: Any) -> Any:
+    """Mask secret-named keys at any depth of a JSON-like object, and known secret values in strings."""
+    if isinstance(obj, Mapping):
+        return {
+            k: (MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) else mask_obj(v))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list | tuple):
+        return [mask_obj(v) for v in obj]
+    if isinstance(obj, str):
+        return mask_secrets(obj)
+    return obj
+
+
+def out_json(obj: Any) -> None:
+    """Write exactly one JSON document to stdout (secrets masked)."""
+    sys.stdout.write(json.dumps(mask_obj(obj), indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def out_text(text: str) -> None:
+    sys.stdout.write(mask_secrets(text))
+    if not text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def note(message: str) -> None:
+    """A human message on stderr."""
+    err_console.print(mask_secrets(message), markup=False, highlight=False)
+
+
+def warn(message: str) -> None:
+    err_console.print("warning: " + mask_secrets(message), style="yellow", markup=False, highlight=False)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(GLMLAUNCH_DEBUG, "").strip().lower() in {"1", "true", "yes", "on"}

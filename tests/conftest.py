@@ -1,0 +1,69 @@
+"""Test isolation: no GLMLAUNCH_/VLLM_/NCCL_ variables leak in, HOME and caches point at tmp dirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+_PREFIXES = ("GLMLAUNCH_", "VLLM_", "NCCL_", "SPARKINFER_", "B12X_", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA")
+
+
+def _clean_env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_PREFIXES)}
+    env.update(
+        {
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+            "HOME": str(tmp / "home"),
+            "XDG_CACHE_HOME": str(tmp / "cache"),
+            "GLMLAUNCH_CACHE_DIR": str(tmp / "glmlaunch-cache"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith(_PREFIXES):
+            monkeypatch.delenv(name, raising=False)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    for key, value in _clean_env(tmp_path).items():
+        if key.startswith(("NO_COLOR", "COLUMNS", "HOME", "XDG_", "GLMLAUNCH_CACHE")):
+            monkeypatch.setenv(key, value)
+    yield
+
+
+@pytest.fixture
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    """An environment for subprocesses: like the test process's, minus any deployment variables."""
+    return _clean_env(tmp_path)
+
+
+def glmlaunch_exe() -> list[str]:
+    exe = shutil.which("glmlaunch", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "glmlaunch"]
+
+
+def run_cli(
+    *args: str, env: dict[str, str], input: str | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*glmlaunch_exe(), *args],
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
