@@ -49,7 +49,7 @@ class ProfileFile:
 
 def builtin_dir() -> Path:
     """The profiles shipped with the package (wheel), or the checkout's profiles/ (editable install)."""
-    packaged = Path(str(resources.files("glmlaunch"))) / "profiles"
+    packaged = Path(str(resources.files("glmlaunch"))) / "builtin_profiles"
     if packaged.is_dir():
         return packaged
     return Path(__file__).resolve().parent.parent / "profiles"
