@@ -1,0 +1,166 @@
+"""vLLM's KV budget and the steady-state margin per GPU rank (memory-model.md §6).
+
+```
+F0     = T - U_oth - U_pre          free memory at vLLM's init snapshot
+R      = ceil(GMU * T)              start gate: vLLM refuses to start when F0 < R
+KV     = R - W - P - N - G_e        (or --kv-cache-memory-bytes when pinned)
+margin = F0 - (W + P + N + G_e + KV) - X
+```
+
+U_pre, P, N, G_e and X are sums of the ledger's entries by lifetime (P: profiled torch/workspace,
+N: profiled ipc/driver). The verdict compares the margin with ``memory.min_margin``; a max_model_len
+request must fit the KV budget at the configured KV dtype with DCP sharding; the recommended
+``--kv-cache-memory-bytes`` is the KV size that leaves exactly the minimum margin (floored to 1 MiB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.ledger import kv_cache
+from glmlaunch.ledger.model import Ledger, Origin
+from glmlaunch.ledger.terms import Terms, gate_bytes, terms
+
+MIB = 1024 * 1024
+
+Verdict = Literal["ok", "below-margin", "oom-risk", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    total: int  # T
+    used_by_others: int  # U_oth
+    u_pre: int
+    f0: int
+    gate: int  # R
+    w: int
+    p: int
+    n: int
+    g_e: int
+    kv: int
+    kv_pinned: bool
+    x: int
+    margin: int
+    min_margin: int
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    start_gate_ok: bool
+    kv_bytes_per_token: int  # all layers, one rank
+    kv_bytes_per_token_origin: Origin
+    kv_tokens: int  # tokens the KV budget holds across the DCP group
+    request_bytes: int  # one max_model_len request, per rank
+    request_fits: bool
+    recommended_kv_cache_memory_bytes: int
+
+    @property
+    def terms(self) -> dict[str, int]:
+        return {
+            "T": self.total,
+            "U_oth": self.used_by_others,
+            "U_pre": self.u_pre,
+            "F0": self.f0,
+            "R": self.gate,
+            "W": self.w,
+            "P": self.p,
+            "N": self.n,
+            "G_e": self.g_e,
+            "KV": self.kv,
+            "X": self.x,
+            "margin": self.margin,
+        }
+
+
+def compute_budget(
+    config: DeploymentConfig,
+    ledger: Ledger,
+    *,
+    total_bytes: int | None = None,
+    used_by_others: int = 0,
+    calibration: object | None = None,
+) -> Budget:
+    total = config.hardware.memory_per_gpu if total_bytes is None else total_bytes
+    t: Terms = terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
+    f0 = total - used_by_others - t.u_pre
+    gate = gate_bytes(config.memory.gpu_memory_utilization, total)
+    pinned = config.memory.kv_cache_memory_bytes
+    budgeted_rest = t.w + t.p + t.n + t.g_e
+    kv = pinned if pinned is not None else max(0, gate - budgeted_rest)
+    margin = f0 - budgeted_rest - kv - t.x
+
+    geo = kv_cache.geometry(config)
+    per_token = geo.bytes_per_token
+    origin: Origin = geo.origin
+    cal = _calibrated_per_token(calibration)
+    if cal is not None:
+        per_token, origin = cal, "calibrated"
+    need = kv_cache.request_bytes(config, per_token)
+    tokens = (kv // per_token) * config.parallel.dcp if per_token else 0
+    fits = kv >= need
+
+    recommended = (f0 - budgeted_rest - t.x - config.memory.min_margin) // MIB * MIB
+    reasons: list[str] = []
+    start_ok = f0 >= gate
+    if not start_ok:
+        reasons.append(
+            f"start gate: free memory at startup F0 {f0:,} B < R = GMU * T {gate:,} B: vLLM refuses"
+        )
+    if pinned is None and gate - budgeted_rest <= 0:
+        reasons.append("no memory is left for the KV cache (R <= W + P + N + G_e)")
+    if not fits:
+        reasons.append(
+            f"one {config.scheduler.max_model_len:,}-token request needs {need:,} B of KV per rank "
+            f"({per_token:,} B/token, DCP {config.parallel.dcp}) but the budget is {kv:,} B"
+        )
+    verdict: Verdict
+    if reasons:
+        verdict = "refused"
+    elif margin < 0:
+        verdict = "oom-risk"
+        reasons.append(
+            f"steady-state margin {margin:,} B is negative: unbudgeted allocations ({t.x:,} B) can OOM"
+        )
+    elif margin < config.memory.min_margin:
+        verdict = "below-margin"
+        reasons.append(
+            f"steady-state margin {margin:,} B is below memory.min_margin {config.memory.min_margin:,} B"
+        )
+    else:
+        verdict = "ok"
+    return Budget(
+        total=total,
+        used_by_others=used_by_others,
+        u_pre=t.u_pre,
+        f0=f0,
+        gate=gate,
+        w=t.w,
+        p=t.p,
+        n=t.n,
+        g_e=t.g_e,
+        kv=kv,
+        kv_pinned=pinned is not None,
+        x=t.x,
+        margin=margin,
+        min_margin=config.memory.min_margin,
+        verdict=verdict,
+        reasons=tuple(reasons),
+        start_gate_ok=start_ok,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_token_origin=origin,
+        kv_tokens=tokens,
+        request_bytes=need,
+        request_fits=fits,
+        recommended_kv_cache_memory_bytes=max(0, recommended),
+    )
+
+
+def _calibrated_per_token(calibration: object | None) -> int | None:
+    if calibration is None:
+        return None
+    value = (
+        calibration.get("kv_bytes_per_token")
+        if isinstance(calibration, dict)
+        else getattr(calibration, "kv_bytes_per_token", None)
+    )
+    return int(value) if value is not None else None

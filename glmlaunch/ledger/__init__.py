@@ -1,0 +1,189 @@
+"""The allocation ledger: every allocation each GPU rank makes under a configuration.
+
+``build_ledger(config)`` is pure arithmetic over the typed configuration (plus, when the model directory
+is on disk and no weights figure is given, a cached read of its safetensors headers). One module per
+memory subsystem returns draft entries; this module orders them by creation (lifetime), models their
+device footprint (:mod:`glmlaunch.ledger.footprint`), sizes the KV cache from what is left, and copies
+the result to every TP rank (the ranks are symmetric in these deployments).
+
+``library``: ``builtin`` (default: the versioned constants table, no heavy import), ``b12x`` (take
+constants, layouts and the indexer planner from the installed b12x; error if it does not import) or
+``auto`` (b12x when it imports, else builtin). Importing b12x costs ~4 s and pulls torch, which light
+commands must not do unless asked.
+"""
+
+from __future__ import annotations
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.errors import ConfigError
+from glmlaunch.ledger import (
+    activations,
+    dcp_a2a,
+    dma,
+    fold,
+    indexer,
+    kv_cache,
+    oneshot,
+    paged_logits,
+    runtime,
+    topk_exchange,
+    weights,
+)
+from glmlaunch.ledger.constants import StackConstants, for_stack
+from glmlaunch.ledger.context import Context, Draft, LibraryLayouts, fmt_int
+from glmlaunch.ledger.footprint import SMALL_SEGMENT, Packer, transient_peak
+from glmlaunch.ledger.model import Entry, Ledger, RankLedger
+from glmlaunch.ledger.terms import gate_bytes, terms
+
+__all__ = ["LIBRARY_CHOICES", "Entry", "Ledger", "RankLedger", "build_ledger"]
+
+LIBRARY_CHOICES = ("builtin", "b12x", "auto")
+
+_ORDER = {"pre-snapshot": 0, "budget-term": 1, "profiled": 2, "graph-estimated": 3, "unbudgeted": 4}
+
+
+def _library(config: DeploymentConfig, library: str) -> tuple[StackConstants, LibraryLayouts | None, str]:
+    k = for_stack(config.stack)
+    if library == "builtin":
+        return k, None, k.source
+    if library not in LIBRARY_CHOICES:
+        raise ConfigError("unknown library source", key="--library", value=library, allowed=LIBRARY_CHOICES)
+    from glmlaunch.ledger import b12x_bridge
+
+    bridge = b12x_bridge.load(k)
+    if bridge is None:
+        if library == "b12x":
+            raise ConfigError(
+                "b12x cannot be imported",
+                key="--library",
+                value=library,
+                hint="install the b12x extra (pip install 'glmlaunch[b12x]') or use --library builtin",
+            )
+        return k, None, k.source + " (b12x not importable)"
+    return bridge.constants, bridge, bridge.describe()
+
+
+def _footprint(d: Draft, packer: Packer, expandable: bool) -> int:
+    if d.alloc == "ipc":
+        return packer.ipc(d.requested_bytes, d.count)
+    if d.alloc == "torch":
+        return packer.torch(d.requested_bytes, d.count)
+    if d.alloc == "transient":
+        return d.count * transient_peak(d.pieces, expandable=expandable)
+    if d.alloc == "absorbed":
+        return 0
+    return d.requested_bytes * d.count
+
+
+def _entry(d: Draft, device: int) -> Entry:
+    return Entry(
+        d.name,
+        d.subsystem,
+        d.requested_bytes,
+        d.count,
+        device,
+        d.kind,
+        d.lifetime,
+        d.condition,
+        d.reader,
+        d.formula,
+        d.origin,
+        d.note,
+    )
+
+
+def _kv_entry(config: DeploymentConfig, ctx: Context, sized: list[Entry]) -> Entry:
+    geo = kv_cache.geometry(config)
+    cal = ctx.calibrated("kv_bytes_per_token")
+    per_token = cal if cal is not None else geo.bytes_per_token
+    pinned = config.memory.kv_cache_memory_bytes
+    total = config.hardware.memory_per_gpu
+    if pinned is not None:
+        kv = pinned
+        formula = f"--kv-cache-memory-bytes = {fmt_int(kv)}"
+        origin = "exact"
+    else:
+        t = terms(sized)
+        r = gate_bytes(config.memory.gpu_memory_utilization, total)
+        kv = max(0, r - t.w - t.p - t.n - t.g_e)
+        formula = (
+            f"R - W - P - N - G_e = {fmt_int(r)} - {fmt_int(t.w)} - {fmt_int(t.p)} - {fmt_int(t.n)} - "
+            f"{fmt_int(t.g_e)} = {fmt_int(kv)}  "
+            f"[R = ceil({config.memory.gpu_memory_utilization} * {fmt_int(total)})]"
+        )
+        origin = "estimate" if any(e.origin in ("default", "estimate") for e in sized) else "exact"
+    tokens = kv // per_token if per_token else 0
+    need = kv_cache.request_bytes(config, per_token)
+    return Entry(
+        name="kv_cache",
+        subsystem="kv_cache",
+        requested_bytes=kv,
+        count=1,
+        device_bytes=kv,
+        kind="torch",
+        lifetime="budget-term",
+        condition=f"KV dtype {config.memory.kv_cache_dtype}, DCP {config.parallel.dcp}",
+        reader="attention (sparse MLA) and the indexer",
+        formula=formula,
+        origin=origin,  # type: ignore[arg-type]
+        note=(
+            f"{fmt_int(per_token)} B/token/rank ({'calibrated' if cal is not None else geo.formula}); "
+            f"holds {fmt_int(tokens)} tokens per rank = {fmt_int(tokens * config.parallel.dcp)} with DCP "
+            f"{config.parallel.dcp}; one {fmt_int(config.scheduler.max_model_len)}-token request needs "
+            f"{fmt_int(need)} B per rank"
+        ),
+    )
+
+
+def build_ledger(
+    config: DeploymentConfig, *, calibration: object | None = None, library: str = "builtin"
+) -> Ledger:
+    k, lib, source = _library(config, library)
+    ctx = Context(
+        config=config, k=k, calibration=calibration, lib=lib, capture_sizes=tuple(config.capture_sizes())
+    )
+    drafts: list[Draft] = [
+        *runtime.entries(ctx),
+        *weights.entries(ctx),
+        *oneshot.entries(ctx),
+        *dma.entries(ctx),
+        *dcp_a2a.entries(ctx),
+        *topk_exchange.entries(ctx),
+        *indexer.entries(ctx),
+        *activations.entries(ctx),
+        *fold.entries(ctx),
+    ]
+    drafts.sort(key=lambda d: _ORDER[d.lifetime])
+    expandable = "expandable_segments:True" in config.allocator_conf
+    # vLLM opens the torch small pool long before any pool is built (init tensors, the sampler), so the
+    # first small persistent allocation does not open a segment (measured: DMA counters cost nothing).
+    packer = Packer(expandable=expandable, torch_small_free=SMALL_SEGMENT)
+    sized = [_entry(d, _footprint(d, packer, expandable)) for d in drafts]
+    sized.append(_kv_entry(config, ctx, sized))
+    entries = tuple(sized)
+    gpus = config.gpu_list
+    ranks = tuple(
+        RankLedger(rank=i, gpu=gpus[i] if i < len(gpus) else i, entries=entries)
+        for i in range(config.parallel.tp)
+    )
+    latent = tuple(
+        _entry(d, transient_peak(d.pieces, expandable=expandable)) for d in paged_logits.latent(ctx)
+    )
+    notes: list[str] = []
+    if topk_exchange.undecided(config):
+        r = topk_exchange.rows(config)
+        size = topk_exchange.slab_bytes(
+            signal_bytes=k.dcp_topk_signal_bytes, rows=r, topk=config.model.geometry.index_topk
+        )
+        notes.append(
+            f"dcp_policy.query_split / topk_owner_merge are left to the library's automatic choice: "
+            f"if it turns either on, a {fmt_int(size)} B top-k exchange slab is added (set them explicitly)"
+        )
+    return Ledger(
+        stack=config.stack,
+        library="b12x" if lib is not None else "builtin",
+        constants_source=source,
+        ranks=ranks,
+        latent=latent,
+        notes=tuple(notes),
+    )

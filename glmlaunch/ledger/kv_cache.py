@@ -1,0 +1,86 @@
+"""The KV cache: bytes per token from GLM-5.2's MLA geometry and the KV dtype, and the budget entry.
+
+Per layer and token, sparse MLA stores the compressed latent (kv_lora_rank = 512) and the rope part
+(qk_rope = 64):
+
+* ``auto`` / ``bfloat16``: (512 + 64) * 2 = 1,152 B (exact).
+* ``fp8`` / ``fp8_e4m3`` / ``fp8_ds_mla``: the ds_mla record: 512 fp8 + 4 fp32 block scales (16 B) +
+  64 bf16 rope (128 B) = 656 B. vLLM stores fp8 for a DSA model in this record.
+* ``nvfp4_ds_mla``: 512 fp4 (256 B) + one e4m3 scale per 16 (32 B) + 64 bf16 rope (128 B) = 416 B
+  (estimate: the record's exact padding is not public; r14 TP4/DCP4 logs imply ~405-410 B per layer).
+
+The indexer keeps its own K cache (index_head_dim 128 fp8 + a 4 B scale = 132 B) on the layers that run
+the full indexer (``F`` in index_topk_pattern, plus the MTP layer). Layers with KV: num_hidden_layers,
+plus the MTP layers when speculative decoding is on (the drafter's own cache). With DCP, each rank
+holds 1/DCP of every sequence's tokens (interleave 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.ledger.model import Origin
+
+
+@dataclass(frozen=True, slots=True)
+class KvGeometry:
+    record_bytes: int
+    record_formula: str
+    record_origin: Origin
+    kv_layers: int
+    index_layers: int
+    index_record_bytes: int
+    bytes_per_token: int  # all layers, one rank, before DCP sharding
+    formula: str
+    origin: Origin
+
+
+def _record(dtype: str, lora: int, rope: int) -> tuple[int, str, Origin]:
+    if dtype in ("auto", "bfloat16"):
+        return (lora + rope) * 2, f"({lora} + {rope}) * 2", "exact"
+    if dtype in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
+        return lora + (lora // 128) * 4 + rope * 2, f"{lora} + {lora}/128*4 + {rope}*2", "exact"
+    # nvfp4_ds_mla
+    return lora // 2 + lora // 16 + rope * 2, f"{lora}/2 + {lora}/16 + {rope}*2", "estimate"
+
+
+@lru_cache(maxsize=256)
+def _geometry(
+    dtype: str, lora: int, rope: int, layers: int, pattern: str, mtp_layers: int, index_head_dim: int
+) -> KvGeometry:
+    rec, rec_f, rec_o = _record(dtype, lora, rope)
+    index_layers = pattern.count("F") + mtp_layers
+    kv_layers = layers + mtp_layers
+    idx = index_head_dim + 4
+    total = kv_layers * rec + index_layers * idx
+    formula = (
+        f"{kv_layers} layers * {rec} B ({dtype}: {rec_f}) + {index_layers} indexer layers * {idx} B "
+        f"({index_head_dim} fp8 + 4 B scale) = {total:,} B/token"
+    )
+    return KvGeometry(rec, rec_f, rec_o, kv_layers, index_layers, idx, total, formula, rec_o)
+
+
+def geometry(cfg: DeploymentConfig) -> KvGeometry:
+    g = cfg.model.geometry
+    mtp_layers = g.num_mtp_layers if cfg.mtp > 0 else 0
+    return _geometry(
+        cfg.memory.kv_cache_dtype,
+        g.kv_lora_rank,
+        g.qk_rope_head_dim,
+        g.num_hidden_layers,
+        g.index_topk_pattern,
+        mtp_layers,
+        g.index_head_dim,
+    )
+
+
+def tokens_per_rank(cfg: DeploymentConfig, seq_len: int, block: int = 64) -> int:
+    """Tokens of one sequence held by one rank, rounded to whole 64-token blocks."""
+    per_rank = -(-seq_len // cfg.parallel.dcp)
+    return -(-per_rank // block) * block
+
+
+def request_bytes(cfg: DeploymentConfig, bytes_per_token: int) -> int:
+    return tokens_per_rank(cfg, cfg.scheduler.max_model_len) * bytes_per_token

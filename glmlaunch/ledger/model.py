@@ -1,0 +1,89 @@
+"""Frozen types of the allocation ledger.
+
+An :class:`Entry` is one named allocation (or a group of identical ones, ``count``) a GPU rank makes.
+``requested_bytes`` is per instance and exact where the formula is; ``device_bytes`` is the total
+footprint of all ``count`` instances after cudaMalloc 2 MiB pages or torch caching-allocator segment
+rounding, modelled per memory-model.md §1 (the preflight measures it).
+
+``kind`` says which counter sees the bytes: ``ipc`` (cudaMalloc + IPC export: NVML only), ``torch``
+(caching allocator), ``workspace`` (a view in vLLM's grow-only arena), ``transient`` (allocated and freed
+inside one op call: peak only), ``driver`` (CUDA context and NCCL internals: NVML only).
+
+``lifetime`` places the bytes in vLLM's budget (memory-model.md §6): ``pre-snapshot`` (U_pre),
+``profiled`` (P or N), ``graph-estimated`` (G_e), ``unbudgeted`` (X), or ``budget-term`` for the two
+entries that are budget terms of their own (weights W and the KV cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+Kind = Literal["ipc", "torch", "workspace", "transient", "driver"]
+Lifetime = Literal["pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term"]
+Origin = Literal["exact", "library", "default", "calibrated", "estimate"]
+
+KINDS: tuple[Kind, ...] = ("ipc", "torch", "workspace", "transient", "driver")
+LIFETIMES: tuple[Lifetime, ...] = ("budget-term", "pre-snapshot", "profiled", "graph-estimated", "unbudgeted")
+ORIGINS: tuple[Origin, ...] = ("exact", "library", "default", "calibrated", "estimate")
+
+
+class Entry(NamedTuple):
+    """Immutable (a NamedTuple: cheap to build, which matters when calibration evaluates thousands)."""
+
+    name: str
+    subsystem: str
+    requested_bytes: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose: the field name is the contract
+    device_bytes: int
+    kind: Kind
+    lifetime: Lifetime
+    condition: str
+    reader: str
+    formula: str
+    origin: Origin
+    note: str = ""
+
+    @property
+    def total_requested(self) -> int:
+        return self.requested_bytes * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class RankLedger:
+    rank: int
+    gpu: int
+    entries: tuple[Entry, ...]
+
+    def by_lifetime(self, lifetime: Lifetime) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.lifetime == lifetime)
+
+    def device_total(self, lifetime: Lifetime | None = None) -> int:
+        return sum(e.device_bytes for e in self.entries if lifetime is None or e.lifetime == lifetime)
+
+    def get(self, name: str) -> Entry | None:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    stack: str
+    library: Literal["builtin", "b12x"]
+    constants_source: str
+    ranks: tuple[RankLedger, ...]
+    #: hazards a code path could allocate but this configuration does not reach (not budgeted)
+    latent: tuple[Entry, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def rank0(self) -> RankLedger:
+        return self.ranks[0]
+
+    def entry(self, name: str, rank: int = 0) -> Entry | None:
+        return self.ranks[rank].get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.ranks[0].entries)

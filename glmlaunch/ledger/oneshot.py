@@ -1,0 +1,96 @@
+"""One-shot all-reduce pool (``OneshotAllReducePool``): a channel slab and an 8 MiB ``rank_data`` per channel.
+
+Slab (memory-model.md §2 #1): ``A256(S1) + A256(E') + E'`` with ``E' = E * shards``; vLLM passes
+``E = max(VLLM_PCIE_ONESHOT_ALLREDUCE_MAX_SIZE, VLLM_PCIE_ONESHOT_FUSED_ADD_RMS_NORM_MAX_SIZE, 16)``.
+On sparkinfer r12 the eager slot holds one shard per source rank only in push mode; b12x 1.5 also
+reserves them by default on its topology transports (TP2 plain peer-push adds 2 incoming shards, TP8
+owner-reduce uses W shards).
+"""
+
+from __future__ import annotations
+
+from glmlaunch.ledger.channels import channel_plan
+from glmlaunch.ledger.constants import StackConstants
+from glmlaunch.ledger.context import Context, Draft, align, fmt_int
+from glmlaunch.ledger.model import Origin
+
+
+def eager_shards(k: StackConstants, world_size: int, push: bool) -> int:
+    if not k.oneshot_topology_shards:
+        return world_size if push else 1
+    # b12x defaults: TP2 plain remote push on, TP8 owner reduce on, TP2/TP4 fused remote push off.
+    base = world_size if (push or world_size == 8) else 1
+    return base + (2 if world_size == 2 else 0)
+
+
+def slab_bytes(*, signal_bytes: int, eager_bytes: int, shards: int, ipc_align: int = 256) -> int:
+    e = eager_bytes * shards
+    return align(signal_bytes, ipc_align) + align(e, ipc_align) + e
+
+
+def entries(ctx: Context) -> list[Draft]:
+    cfg, k = ctx.config, ctx.k
+    w = cfg.parallel.tp
+    if not cfg.comm.pcie_allreduce or w < 2 or w not in k.oneshot_world_sizes:
+        return []
+    e = cfg.comm.oneshot_eager_bytes
+    push = cfg.comm.oneshot_push
+    shards = eager_shards(k, w, push)
+    if ctx.lib is not None:
+        slab = ctx.lib.oneshot_slab_bytes(eager_bytes=e, world_size=w, push=push)
+        origin: Origin = "library"
+    else:
+        slab = slab_bytes(
+            signal_bytes=k.oneshot_signal_bytes, eager_bytes=e, shards=shards, ipc_align=k.ipc_align
+        )
+        origin = "exact"
+    s1 = k.oneshot_signal_bytes
+    ep = e * shards
+    formula = (
+        f"A256(S1) + A256(E') + E' = A256({fmt_int(s1)}) + A256({fmt_int(ep)}) + {fmt_int(ep)} "
+        f"= {fmt_int(slab)}"
+        f"  [E = max(64KB, 84KB, 16) = {fmt_int(e)}; E' = E * {shards} shard(s)]"
+    )
+    plan = channel_plan(
+        runner=cfg.runner,
+        mtp=cfg.mtp,
+        graphs=bool(ctx.capture_sizes),
+        single_channel=cfg.comm.single_channel,
+        estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
+        eager_lifetime="pre-snapshot",
+    )
+    rd = k.oneshot_rank_data_bytes
+    out: list[Draft] = []
+    for g in plan.groups:
+        cond = f"PCIe all-reduce on, TP {w}; {g.why} ({plan.rule})"
+        out.append(
+            Draft(
+                name=f"oneshot.slab.{g.role}",
+                subsystem="oneshot",
+                requested_bytes=slab,
+                count=g.count,
+                kind="ipc",
+                lifetime=g.lifetime,
+                condition=cond,
+                reader="one-shot all-reduce and fused add+RMSNorm kernels (payloads <= E)",
+                formula=formula,
+                origin=origin,
+                alloc="ipc",
+            )
+        )
+        out.append(
+            Draft(
+                name=f"oneshot.rank_data.{g.role}",
+                subsystem="oneshot",
+                requested_bytes=rd,
+                count=g.count,
+                kind="torch",
+                lifetime=g.lifetime,
+                condition=cond,
+                reader=f"register_pcie_buffers: {k.oneshot_rank_data_used_bytes} B (2 RankData records) used",
+                formula=f"rank_data_bytes = DEFAULT_RANK_DATA_BYTES = 8 * 1024 * 1024 = {fmt_int(rd)}",
+                origin="library" if ctx.lib is not None else "exact",
+                alloc="torch",
+            )
+        )
+    return out

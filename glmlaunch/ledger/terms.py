@@ -1,0 +1,48 @@
+"""vLLM's budget terms (memory-model.md §6) summed from a rank's entries."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from glmlaunch.ledger.model import Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    u_pre: int  # pre-snapshot: CUDA context, NCCL, one-shot eager channel, DMA slab
+    w: int  # weights
+    p: int  # torch peak increase during profiling (activations, workspace arenas)
+    n: int  # non-torch increase during profiling (IPC channels made at warmup, NCCL lazies)
+    g_e: int  # CUDA-graph estimate (graph pool + channels minted by the profiling capture)
+    x: int  # unbudgeted
+    kv: int  # the KV cache entry, 0 before it is sized
+
+
+def terms(entries: Iterable[Entry]) -> Terms:
+    u_pre = w = p = n = g_e = x = kv = 0
+    for e in entries:
+        d = e.device_bytes
+        lt = e.lifetime
+        if lt == "pre-snapshot":
+            u_pre += d
+        elif lt == "profiled":
+            if e.kind in ("ipc", "driver"):
+                n += d
+            else:
+                p += d
+        elif lt == "graph-estimated":
+            g_e += d
+        elif lt == "unbudgeted":
+            x += d
+        elif e.subsystem == "weights":
+            w += d
+        else:
+            kv += d
+    return Terms(u_pre, w, p, n, g_e, x, kv)
+
+
+def gate_bytes(gmu: float, total: int) -> int:
+    """R = ceil(GMU * T), the float product vLLM's ``request_memory`` takes."""
+    return math.ceil(total * gmu)

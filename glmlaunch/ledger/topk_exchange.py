@@ -1,0 +1,71 @@
+"""DCP top-k owner exchange (``pcie_dcp_topk``): one IPC slab when query split or owner merge is on.
+
+Slab = ``A256(signal) + 2 * A256(8 * R * K)`` (fp32 values + int32 indices per row and top-k slot,
+double-buffered). R is the exchange's row capacity; vLLM sizes it from the DCP decode row cap, so the
+ledger takes the A2A ``max_batch_size`` rounded up to a multiple of W (an estimate until a boot log
+shows the pool's arguments).
+"""
+
+from __future__ import annotations
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.ledger.context import Context, Draft, a256, align, fmt_int
+from glmlaunch.ledger.dcp_a2a import max_batch_size
+
+
+def slab_bytes(*, signal_bytes: int, rows: int, topk: int) -> int:
+    return a256(signal_bytes) + 2 * a256(8 * rows * topk)
+
+
+def rows(cfg: DeploymentConfig) -> int:
+    return align(max_batch_size(cfg), cfg.parallel.dcp)
+
+
+def enabled(cfg: DeploymentConfig) -> bool:
+    p = cfg.dcp_policy
+    return cfg.parallel.dcp > 1 and (p.query_split is True or p.topk_owner_merge is True)
+
+
+def undecided(cfg: DeploymentConfig) -> bool:
+    p = cfg.dcp_policy
+    return cfg.parallel.dcp > 1 and not enabled(cfg) and (p.query_split is None or p.topk_owner_merge is None)
+
+
+def entries(ctx: Context) -> list[Draft]:
+    cfg, k = ctx.config, ctx.k
+    if not enabled(cfg) or cfg.parallel.dcp not in k.dcp_topk_world_sizes:
+        return []
+    r = rows(cfg)
+    kk = cfg.model.geometry.index_topk
+    if ctx.lib is not None:
+        slab = ctx.lib.dcp_topk_slab_bytes(world_size=cfg.parallel.dcp, max_rows=r, topk=kk)
+    else:
+        slab = slab_bytes(signal_bytes=k.dcp_topk_signal_bytes, rows=r, topk=kk)
+    on = [
+        n
+        for n, v in (
+            ("query split", cfg.dcp_policy.query_split),
+            ("owner merge", cfg.dcp_policy.topk_owner_merge),
+        )
+        if v
+    ]
+    return [
+        Draft(
+            name="dcp_topk.slab",
+            subsystem="topk_exchange",
+            requested_bytes=slab,
+            count=1,
+            kind="ipc",
+            lifetime="profiled",
+            condition=f"DCP {cfg.parallel.dcp} with {' and '.join(on)} on",
+            reader="DCP indexer top-k owner merge",
+            formula=(
+                f"A256(signal) + 2 * A256(8 * R * K) = A256({fmt_int(k.dcp_topk_signal_bytes)}) + 2 * "
+                f"A256(8 * {r} * {kk}) = {fmt_int(slab)}  "
+                f"[R = A(B, W) = A({max_batch_size(cfg)}, {cfg.parallel.dcp})]"
+            ),
+            origin="estimate",
+            alloc="ipc",
+            note="R assumed equal to the DCP A2A row cap",
+        )
+    ]
