@@ -13,7 +13,6 @@ The checks only look at the TP group: the configured ``parallel.gpus`` or, when 
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,9 +20,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from glmlaunch.budget import Budget, compute_budget
 from glmlaunch.config import DeploymentConfig, Stack
 from glmlaunch.errors import ExitCode, HardwareError, MarginError, StrictWarningsError
 from glmlaunch.inventory import Gpu, GpuPair, Inventory
+from glmlaunch.ledger import build_ledger
 from glmlaunch.units import MIB, format_size
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
@@ -101,10 +102,11 @@ class CheckReport(BaseModel):
             names = [r.name for r in self.results if r.status == "WARN"]
             raise StrictWarningsError(f"{len(names)} check(s) warned and --strict is set: {', '.join(names)}")
         failed = [r for r in self.results if r.status == "FAIL" and r.fail_code == code]
-        text = "; ".join(f"{r.name}: {r.message}" for r in failed)
+        first = f"{failed[0].name}: {failed[0].message}"
         if code == ExitCode.MARGIN:
-            raise MarginError(text)
-        raise HardwareError(f"{len(failed)} hardware check(s) failed — {text}")
+            raise MarginError(first)
+        failed_names = ", ".join(r.name for r in failed)
+        raise HardwareError(f"hardware check(s) failed: {failed_names} — {first}")
 
 
 # --- the TP group -------------------------------------------------------------------------------
@@ -268,7 +270,8 @@ def check_compute_capability(config: DeploymentConfig, group: GpuGroup, purpose:
             details,
         )
     if unknown:
-        return _r("compute_capability", "WARN", f"unknown for GPU {unknown} (NVML error)", details)
+        listed = ", ".join(unknown)
+        return _r("compute_capability", "WARN", f"unknown for GPU {listed} (NVML error)", details)
     cc = next(iter(found.values()))
     return _r(
         "compute_capability",
@@ -420,13 +423,17 @@ def check_p2p(inv: Inventory, group: GpuGroup) -> CheckResult:
             matrix[f"{a}-{b}"] = None
             continue
         matrix[f"{a}-{b}"] = {"forward": pair.forward.model_dump(), "reverse": pair.reverse.model_dump()}
+        problems: dict[str, set[str]] = {}
         for src, dst, caps in ((a, b, pair.forward), (b, a, pair.reverse)):
-            failing = [k for k in ("read", "write") if getattr(caps, k) != "ok"]
-            if failing:
-                states = ", ".join(f"{k} {getattr(caps, k) or 'unknown'}" for k in failing)
-                bad.append(f"{src}->{dst} {states}")
+            for cap in ("read", "write"):
+                state = getattr(caps, cap)
+                if state != "ok":
+                    problems.setdefault(state or "unknown", set()).add(f"{src}->{dst} {cap}")
             if caps.atomics != "ok":
                 no_atomics.append(f"{src}->{dst}")
+        for state, where in problems.items():
+            both_ways = len(where) == 4
+            bad.append(f"{a}<->{b} {state}" if both_ways else f"{', '.join(sorted(where))} {state}")
     details: dict[str, Any] = {"pairs": matrix, "no_atomics": no_atomics}
     if bad:
         return _r(
@@ -516,19 +523,22 @@ def check_pcie_link(config: DeploymentConfig, group: GpuGroup) -> CheckResult:
 
 
 def check_bar1(group: GpuGroup) -> CheckResult:
-    small: list[str] = []
+    small: dict[tuple[int, int], list[str]] = {}
     sizes: dict[str, int | None] = {}
     for g in group.gpus:
         sizes[str(g.index)] = g.bar1_total
         if g.bar1_total is not None and g.usable_total is not None and g.bar1_total < g.usable_total:
-            small.append(f"GPU {g.index} BAR1 {_gib(g.bar1_total)} < {_gib(g.usable_total)} memory")
+            small.setdefault((g.bar1_total, g.usable_total), []).append(str(g.index))
     details: dict[str, Any] = {"bar1_bytes": sizes}
     if small:
+        text = "; ".join(
+            f"GPU {','.join(idx)}: BAR1 {_gib(bar)} < {_gib(mem)} of memory"
+            for (bar, mem), idx in small.items()
+        )
         return _r(
             "bar1",
             "WARN",
-            "; ".join(small)
-            + ": peers map IPC slabs through BAR1; enable Resizable BAR / large BAR in the BIOS",
+            f"{text}: peers map IPC slabs through BAR1; enable Resizable BAR / large BAR in the BIOS",
             details,
         )
     if not any(v is not None for v in sizes.values()):
@@ -541,15 +551,15 @@ def check_bar1(group: GpuGroup) -> CheckResult:
 
 @dataclass(frozen=True)
 class MemoryInputs:
-    """The real memory facts the budget is computed with: the smallest GPU of the group decides."""
+    """The real memory facts the budget is computed with, from the group's tightest GPU."""
 
-    total_bytes: int
-    used_by_others: int
+    total_bytes: int  # T: what cudaMemGetInfo reports as total (NVML total - reserved)
+    used_by_others: int  # U_oth: memory already in use on that GPU before launch
     gpu: int
 
 
 def memory_inputs(group: GpuGroup) -> MemoryInputs | None:
-    """Worst GPU of the group: least total minus what others already hold."""
+    """The GPU of the group with the least memory left for this deployment (T - U_oth)."""
     best: MemoryInputs | None = None
     for g in group.gpus:
         total = g.usable_total
@@ -564,68 +574,56 @@ def memory_inputs(group: GpuGroup) -> MemoryInputs | None:
     return best
 
 
+BudgetFn = Callable[[DeploymentConfig, MemoryInputs], Budget]
+#: Replaces the memory-verdict row (``serve`` lets its plan stage decide memory).
 MemoryVerdict = Callable[[DeploymentConfig, MemoryInputs], CheckResult]
 
 
-def check_memory_verdict(
-    config: DeploymentConfig, group: GpuGroup, verdict: MemoryVerdict | None = None
-) -> CheckResult:
-    inputs = memory_inputs(group)
-    if inputs is None:
-        return _r("memory_verdict", "SKIP", "NVML did not report memory", fail_code=ExitCode.MARGIN)
-    fn = verdict if verdict is not None else ledger_memory_verdict
-    return fn(config, inputs)
-
-
-def ledger_memory_verdict(config: DeploymentConfig, inputs: MemoryInputs) -> CheckResult:
-    """The ledger's budget with the real total and the memory others hold, against min_margin."""
-    # The ledger and budget modules are built in parallel with this one; until both exist the verdict
-    # is skipped (and says so) instead of guessing a margin.
-    try:
-        budget_mod = importlib.import_module("glmlaunch.budget")
-        ledger_mod = importlib.import_module("glmlaunch.ledger")
-        compute_budget = budget_mod.compute_budget
-        build_ledger = ledger_mod.build_ledger
-    except (ImportError, AttributeError) as exc:
-        return _r(
-            "memory_verdict",
-            "SKIP",
-            f"the memory ledger is not available in this build ({exc})",
-            {"total_bytes": inputs.total_bytes, "used_by_others": inputs.used_by_others},
-            fail_code=ExitCode.MARGIN,
-        )
-    budget = compute_budget(
+def ledger_budget(config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
+    """The ledger's budget (memory-model.md §6) with the real total and the memory others hold."""
+    return compute_budget(
         config, build_ledger(config), total_bytes=inputs.total_bytes, used_by_others=inputs.used_by_others
     )
-    return budget_result(config, budget, inputs)
 
 
-def budget_result(config: DeploymentConfig, budget: Any, inputs: MemoryInputs) -> CheckResult:
-    """Turn a Budget into the verdict row (kept apart so it adapts to the Budget's fields in one place)."""
-    margin = int(budget.margin)
-    need = config.memory.min_margin
+def check_memory_verdict(
+    config: DeploymentConfig, inputs: MemoryInputs | None, budget: Budget | None
+) -> CheckResult:
+    if inputs is None or budget is None:
+        return _r("memory_verdict", "SKIP", "NVML did not report memory", fail_code=ExitCode.MARGIN)
     details: dict[str, Any] = {
         "gpu": inputs.gpu,
-        "total_bytes": inputs.total_bytes,
-        "used_by_others": inputs.used_by_others,
-        "margin_bytes": margin,
-        "min_margin_bytes": need,
+        "verdict": budget.verdict,
+        "terms": budget.terms,
+        "min_margin": budget.min_margin,
+        "start_gate_ok": budget.start_gate_ok,
+        "kv_tokens": budget.kv_tokens,
+        "request_fits": budget.request_fits,
+        "recommended_kv_cache_memory_bytes": budget.recommended_kv_cache_memory_bytes,
+        "reasons": list(budget.reasons),
     }
-    if margin < need:
+    where = f"GPU {inputs.gpu} (T {_gib(inputs.total_bytes)}, others {_gib(inputs.used_by_others)})"
+    if budget.verdict != "ok":
         return _r(
             "memory_verdict",
             "FAIL",
-            f"margin {_gib(margin)} on GPU {inputs.gpu} is below memory.min_margin {_gib(need)}",
+            f"{budget.verdict} on {where}: " + "; ".join(budget.reasons),
             details,
             fail_code=ExitCode.MARGIN,
         )
     return _r(
         "memory_verdict",
         "OK",
-        f"margin {_gib(margin)} on GPU {inputs.gpu} (min {_gib(need)})",
+        f"margin {_gib(budget.margin)} >= min {_gib(budget.min_margin)} on {where}; "
+        f"KV {_gib(budget.kv)} holds {budget.kv_tokens:,} tokens",
         details,
         fail_code=ExitCode.MARGIN,
     )
+
+
+def ledger_memory_verdict(config: DeploymentConfig, inputs: MemoryInputs) -> CheckResult:
+    """The verdict row for one set of memory facts, from the ledger's budget."""
+    return check_memory_verdict(config, inputs, ledger_budget(config, inputs))
 
 
 # --- all of them --------------------------------------------------------------------------------
@@ -637,10 +635,13 @@ def run_checks(
     *,
     purpose: Purpose = "serve",
     profile: str = "(config)",
+    budget_fn: BudgetFn = ledger_budget,
     verdict: MemoryVerdict | None = None,
-    pre_snapshot_bytes: int = 0,
 ) -> CheckReport:
+    """Every check, in a fixed order, on the TP group of ``config`` in ``inv``."""
     group = select_group(config, inv)
+    inputs = memory_inputs(group)
+    budget = budget_fn(config, inputs) if inputs is not None else None
     results = (
         check_gpu_count(config, inv, group),
         check_gpu_probe(inv, group),
@@ -648,12 +649,14 @@ def run_checks(
         check_compute_capability(config, group, purpose),
         check_driver(config, inv),
         check_memory_total(config, group),
-        check_free_memory(config, group, pre_snapshot_bytes=pre_snapshot_bytes),
+        check_free_memory(config, group, pre_snapshot_bytes=budget.u_pre if budget is not None else 0),
         check_p2p(inv, group),
         check_topology(config, inv, group),
         check_pcie_link(config, group),
         check_bar1(group),
-        check_memory_verdict(config, group, verdict),
+        verdict(config, inputs)
+        if verdict is not None and inputs is not None
+        else check_memory_verdict(config, inputs, budget),
     )
     return CheckReport(
         profile=profile,
