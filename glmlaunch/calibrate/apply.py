@@ -15,7 +15,8 @@ entries of that term, computed for the configuration the boot ran:
 * ``kv_bytes_per_token`` = KV / (KV tokens / DCP), rounded up after adding the log's rounding, only when
   the ledger's own per-token figure is an estimate (nvfp4_ds_mla)
 
-The worst rank is used (the ledger treats ranks alike). When the configuration differs from the boot's in
+The worst rank is used by default (the ledger treats ranks alike); ``calibrate search`` evaluates each
+rank with its own terms. When the configuration differs from the boot's in
 ``scheduler.max_num_batched_tokens`` (``calibrate search`` allows that), the activation residual is scaled
 by the ratio of batched tokens, like the ledger's own per-token default; everything else is kept.
 A negative residual (the ledger's itemized entries exceed what vLLM logged) is clamped at 0 and noted.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration
+from glmlaunch.calibrate.terms import CalibratedTerms
 from glmlaunch.config import DeploymentConfig
 
 RESIDUAL_ENTRIES: frozenset[str] = frozenset(
@@ -94,9 +96,14 @@ def _itemized(config: DeploymentConfig) -> dict[str, int]:
     return out
 
 
-def ledger_calibration(config: DeploymentConfig, record: Calibration) -> LedgerCalibration:
-    """The calibrated residuals for ``config`` (which must match the record up to batched tokens)."""
-    worst = record.worst()
+def ledger_calibration(
+    config: DeploymentConfig, record: Calibration, rank_terms: CalibratedTerms | None = None
+) -> LedgerCalibration:
+    """The calibrated residuals for ``config`` (which must match the record up to batched tokens).
+
+    ``rank_terms`` picks one rank's terms; the default is the worst rank (per-term maximum).
+    """
+    worst = rank_terms if rank_terms is not None else record.worst()
     base = boot_config(config, record)
     items = _itemized(base)
     notes: list[str] = []

@@ -9,9 +9,12 @@ from typing import Any
 from glmlaunch.calibrate.ingest import ingest_logs, inventory_for_ingest
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.render import boot_summary, list_table, record_document, terms_table
+from glmlaunch.calibrate.search import SearchResult
 from glmlaunch.calibrate.store import Store, lookup_calibration
 from glmlaunch.config import DeploymentConfig
+from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.output import note, out_console, out_json, warn
+from glmlaunch.units import format_size, parse_size
 
 
 def _residuals(record: Calibration, config: DeploymentConfig | None = None) -> Any:
@@ -123,3 +126,121 @@ def run_show(
         out_console.print(terms_table(record))
         _print_residuals(residuals)
     return record
+
+
+def run_search(
+    profile: str | None,
+    overrides: Sequence[str],
+    *,
+    objective: str,
+    min_margin: str | None,
+    step: int | None,
+    upper: str | None,
+    inventory_file: Path | None,
+    output: Path | None,
+    write: bool,
+    as_json: bool,
+    command: str,
+) -> SearchResult:
+    """Resolve, find the calibration, search, write the overlay, render; MarginError when nothing fits."""
+    from glmlaunch.calibrate.apply import TOKENS_KEY
+    from glmlaunch.calibrate.render import search_tables
+    from glmlaunch.calibrate.search import (
+        overlay_yaml,
+        result_document,
+        search,
+        write_overlay,
+    )
+    from glmlaunch.commands import resolve
+
+    resolved = resolve(profile, overrides)
+    config = resolved.config
+    inventory = None
+    total: int | None = None
+    used = 0
+    if inventory_file is not None:
+        from glmlaunch.checks import memory_inputs, select_group
+        from glmlaunch.hardware import get_inventory
+
+        inventory = get_inventory(inventory_file)
+        inputs = memory_inputs(select_group(config, inventory))
+        if inputs is not None:
+            total, used = inputs.total_bytes, inputs.used_by_others
+            note(
+                f"device total {format_size(total)}, {format_size(used)} held by others (from the inventory)"
+            )
+    relax = [f"settings.{TOKENS_KEY}"] if objective == "max-batched-tokens" else []
+    found = lookup_calibration(config, inventory, relax=relax)
+    for w in found.warnings:
+        warn(w)
+    message = found.message()
+    if found.calibration is None:
+        warn(message + " (the search runs on the ledger's defaults)")
+        for rej in found.rejected[1:]:
+            note(f"  {rej.record_id}: {rej.reason}")
+    else:
+        note(message)
+    result = search(
+        config,
+        objective,
+        record=found.calibration,
+        calibration_message=message,
+        total_bytes=total,
+        used_by_others=used,
+        min_margin=_size_option("--min-margin", min_margin),
+        step=step,
+        upper=_upper_option(objective, upper),
+    )
+    for line in result.notes:
+        note(line)
+    path: Path | None = None
+    if result.best is not None and write:
+        chain = resolved.profile_chain
+        extends = chain[-1].name if chain and chain[-1].builtin else str(chain[-1].path.resolve())
+        path = output or Path(f"{resolved.profile_name}-{result.objective}.yaml")
+        write_overlay(path, overlay_yaml(result, extends=extends, command=command))
+        note(f"wrote the calibrated overlay profile {path} (extends {extends}); use it with -p {path}")
+    if as_json:
+        out_json(result_document(result, overlay=path))
+    else:
+        for table in search_tables(result):
+            out_console.print(table)
+    if result.best is not None:
+        pinned = (
+            result.best.value
+            if result.objective == "max-kv-bytes"
+            else result.best.recommended_kv_cache_memory_bytes
+        )
+        note(f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)")
+    else:
+        raise MarginError(
+            f"no value of {result.knob.key} keeps every rank's margin and fits one max_model_len request",
+            key=result.knob.key,
+            hint="lower memory.min_margin or max_model_len, or free memory on the GPUs",
+        )
+    return result
+
+
+def _size_option(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), key=name, value=value) from None
+
+
+def _upper_option(objective: str, value: str | None) -> int | float | None:
+    if value is None:
+        return None
+    if objective == "max-gmu":
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError("not a number", key="--max", value=value) from None
+    if objective == "max-kv-bytes":
+        return _size_option("--max", value)
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError("not a whole number of tokens", key="--max", value=value) from None

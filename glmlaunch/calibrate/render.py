@@ -8,6 +8,7 @@ from rich.table import Table
 
 from glmlaunch.calibrate.logs import BootLog
 from glmlaunch.calibrate.records import Calibration
+from glmlaunch.calibrate.search import Evaluation, SearchResult, changes
 from glmlaunch.units import format_size
 
 
@@ -122,4 +123,85 @@ def list_table(records: list[Calibration]) -> Table:
             _sz(worst.weights_bytes if worst else None),
             r.boot.source,
         )
+    return table
+
+
+def search_tables(result: SearchResult) -> list[Table]:
+    """The settings diff, the proof (best and next step up), and the predicted memory map at the best."""
+    knob = result.knob
+    tables: list[Table] = []
+    diff = Table(title=f"settings diff ({result.objective})", expand=False)
+    for col in ("setting", "profile", "calibrated"):
+        diff.add_column(col, no_wrap=True)
+    for key, (old, new) in changes(result).items():
+        shown_old = knob.show(old) if key == knob.key else ("unset" if old is None else str(old))
+        shown_new = knob.show(new) if key == knob.key else ("unset" if new is None else str(new))
+        diff.add_row(key, shown_old, shown_new)
+    if not changes(result):
+        diff.add_row("(none)", "—", "—")
+    tables.append(diff)
+
+    proof = Table(title="proof: the best value fits, the next step up does not", expand=False)
+    for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", "why not"):
+        proof.add_column(col, no_wrap=col not in ("why not",))
+    rows: list[tuple[str, Evaluation | None]] = [
+        ("profile", result.original),
+        ("best", result.best),
+        ("next step up", result.next_up),
+    ]
+    if result.best is None:
+        rows.append(("lowest tried", result.lower_bound))
+    for label, ev in rows:
+        if ev is None:
+            continue
+        proof.add_row(
+            label,
+            knob.show(ev.value),
+            "yes" if ev.feasible else "no",
+            format_size(ev.min_margin),
+            format_size(ev.kv_bytes),
+            format_size(ev.request_bytes),
+            "; ".join(ev.reasons) or "—",
+        )
+    if result.best is not None and result.next_up is None:
+        proof.caption = f"{knob.show(result.best.value)} is the end of the searched range"
+    tables.append(proof)
+    if result.best is not None:
+        tables.append(memory_map(result.best))
+    return tables
+
+
+_MAP_TERMS: tuple[tuple[str, str], ...] = (
+    ("U_oth", "others"),
+    ("U_pre", "pre-snapshot"),
+    ("W", "weights"),
+    ("P", "activation"),
+    ("N", "non-torch"),
+    ("G_e", "graphs"),
+    ("KV", "KV cache"),
+    ("X", "unbudgeted"),
+    ("margin", "margin"),
+)
+
+
+def memory_map(ev: Evaluation, *, width: int = 40) -> Table:
+    """Per rank: every budget term and a proportional bar (one letter per term) of the device."""
+    table = Table(title="predicted memory map per rank (T = device total)", expand=False)
+    table.add_column("rank", no_wrap=True)
+    for key, _ in _MAP_TERMS:
+        table.add_column(key, no_wrap=True, justify="right")
+    table.add_column("map: o U w P n g K x .", no_wrap=True)
+    letters = {"U_oth": "o", "U_pre": "U", "W": "w", "P": "P", "N": "n", "G_e": "g", "KV": "K", "X": "x"}
+    for r in ev.ranks:
+        terms = dict(r.budget.terms)
+        terms["KV"] = ev.kv_bytes
+        terms["margin"] = r.margin
+        total = max(1, terms["T"])
+        # at least one cell per non-zero term, so small pools stay visible next to 83 GiB of weights
+        bar = "".join(
+            letter * max(1 if terms[key] > 0 else 0, round(width * terms[key] / total))
+            for key, letter in letters.items()
+        )
+        bar += "." * max(0, round(width * terms["margin"] / total))
+        table.add_row(r.rank, *(format_size(terms[k]) for k, _ in _MAP_TERMS), bar)
     return table

@@ -1,0 +1,473 @@
+"""``glmlaunch calibrate search``: the largest knob value that keeps every rank's margin.
+
+One knob per objective, on an integer grid:
+
+* ``max-batched-tokens``: ``scheduler.max_num_batched_tokens`` in multiples of ``step`` (default 256);
+* ``max-kv-bytes``: a pinned ``memory.kv_cache_memory_bytes`` in whole MiB;
+* ``max-gmu``: ``memory.gpu_memory_utilization`` in thousandths.
+
+A value is *feasible* when, on every rank, vLLM's start gate passes (F0 >= R), the steady-state margin is at
+least the required minimum, and one ``max_model_len`` request fits the KV cache. Each rank is budgeted
+with :func:`glmlaunch.budget.compute_budget` over a ledger built with that rank's calibrated terms
+(:mod:`glmlaunch.calibrate.apply`); vLLM gives every rank the smallest rank's KV size, so each rank's
+margin is taken at that common KV.
+
+Feasibility is monotone in each knob above its lower end (more batched tokens, more pinned KV or a larger
+GMU only ever take memory), so the search is a bisection, and its answer carries its own proof: the best
+value is feasible and the next grid step up is not (or the best is the end of the range). The lower end is
+the smallest value where one request fits (GMU, pinned KV) or the smallest legal batch (tokens).
+
+Lossless only: the search changes nothing but its knob; the DMA wire mode stays what the profile says, and
+a compressed mode without the profile's explicit opt-in is refused before searching.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from glmlaunch.budget import Budget, compute_budget
+from glmlaunch.calibrate.apply import _with, ledger_calibration
+from glmlaunch.calibrate.records import Calibration
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.errors import ConfigError
+from glmlaunch.ledger import build_ledger
+from glmlaunch.units import MIB, format_size
+
+Objective = Literal["max-batched-tokens", "max-kv-bytes", "max-gmu"]
+OBJECTIVES: tuple[str, ...] = ("max-batched-tokens", "max-kv-bytes", "max-gmu")
+DEFAULT_TOKEN_STEP = 256
+
+
+@dataclass(frozen=True)
+class Knob:
+    objective: Objective
+    key: str
+    step: int
+
+    def value(self, index: int) -> int | float:
+        if self.objective == "max-gmu":
+            return round(index / 1000, 3)
+        return index * self.step
+
+    def show(self, value: int | float | None) -> str:
+        if value is None:
+            return "unset"
+        if self.objective == "max-kv-bytes":
+            return f"{int(value):,} B ({format_size(value)})"
+        if self.objective == "max-gmu":
+            return f"{value:.3f}"
+        return f"{int(value):,}"
+
+
+@dataclass(frozen=True)
+class RankCheck:
+    rank: str
+    budget: Budget
+    margin: int  # at the KV size every rank gets (the smallest rank's)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    index: int
+    value: int | float | None  # None: the profile leaves this knob unset (no pinned KV)
+    config: DeploymentConfig
+    ranks: tuple[RankCheck, ...]
+    kv_bytes: int
+    request_bytes: int
+    required_margin: int
+    reasons: tuple[str, ...]
+    recommended_kv_cache_memory_bytes: int
+
+    @property
+    def feasible(self) -> bool:
+        return not self.reasons
+
+    @property
+    def fits_one_request(self) -> bool:
+        return self.kv_bytes >= self.request_bytes
+
+    @property
+    def min_margin(self) -> int:
+        return min(r.margin for r in self.ranks)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    objective: Objective
+    knob: Knob
+    calibration: Calibration | None
+    calibration_message: str
+    profile_config: DeploymentConfig  # as resolved, before --min-margin or un-pinning
+    original: Evaluation
+    best: Evaluation | None
+    next_up: Evaluation | None  # the proof: one grid step above best, infeasible
+    lower_bound: Evaluation | None  # when nothing is feasible: the anchor that failed
+    range_end: int | float
+    steps: tuple[tuple[int | float, bool], ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def limit_reached(self) -> bool:
+        return self.best is not None and self.next_up is None
+
+
+class Evaluator:
+    """Budgets every rank of one configuration; caches by knob index."""
+
+    def __init__(
+        self,
+        record: Calibration | None,
+        *,
+        total_bytes: int | None,
+        used_by_others: int,
+        required_margin: int,
+    ) -> None:
+        self.record = record
+        self.total_bytes = total_bytes
+        self.used_by_others = used_by_others
+        self.required_margin = required_margin
+        self.cache: dict[int, Evaluation] = {}
+        self.notes: list[str] = []
+
+    def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Budget]]:
+        if self.record is None:
+            ledger = build_ledger(config)
+            budget = compute_budget(
+                config, ledger, total_bytes=self.total_bytes, used_by_others=self.used_by_others
+            )
+            return [(f"all {config.parallel.tp} ranks (ledger defaults)", budget)]
+        out: list[tuple[str, Budget]] = []
+        for obs, terms in zip(self.record.boot.ranks, self.record.ranks, strict=True):
+            cal = ledger_calibration(config, self.record, rank_terms=terms)
+            for note in cal.notes:
+                if note not in self.notes and not note.startswith("activation residual scaled"):
+                    self.notes.append(note)
+            total = self.total_bytes if self.total_bytes is not None else terms.total_bytes
+            ledger = build_ledger(config, calibration=cal)
+            budget = compute_budget(
+                config, ledger, total_bytes=total, used_by_others=self.used_by_others, calibration=cal
+            )
+            out.append((obs.rank, budget))
+        return out
+
+    def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
+        if index in self.cache:
+            return self.cache[index]
+        budgets = self._rank_budgets(config)
+        kv = min(b.kv for _, b in budgets)
+        need = max(b.request_bytes for _, b in budgets)
+        checks = tuple(RankCheck(name, b, b.margin + (b.kv - kv)) for name, b in budgets)
+        reasons: list[str] = []
+        for c in checks:
+            if not c.budget.start_gate_ok:
+                f0, gate = format_size(c.budget.f0), format_size(c.budget.gate)
+                reasons.append(f"{c.rank}: start gate fails (F0 {f0} < R {gate})")
+            if c.margin < self.required_margin:
+                reasons.append(
+                    f"{c.rank}: margin {format_size(c.margin)} < required {format_size(self.required_margin)}"
+                )
+        if kv < need:
+            reasons.append(
+                f"one request needs {format_size(need)} of KV per rank; the KV cache is {format_size(kv)}"
+            )
+        recommended = min(b.recommended_kv_cache_memory_bytes for _, b in budgets)
+        ev = Evaluation(
+            index, value, config, checks, kv, need, self.required_margin, tuple(reasons), recommended
+        )
+        self.cache[index] = ev
+        return ev
+
+
+def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """Smallest i in [lo, hi] with pred(i), for pred false-then-true; None when pred(hi) is false."""
+    if not pred(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _last_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """Largest i in [lo, hi] with pred(i), for pred true-then-false; None when pred(lo) is false."""
+    if not pred(lo):
+        return None
+    if pred(hi):
+        return hi
+    good, bad = lo, hi
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if pred(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def knob_for(objective: str, *, step: int | None) -> Knob:
+    if objective not in OBJECTIVES:
+        raise ConfigError("unknown objective", key="--objective", value=objective, allowed=OBJECTIVES)
+    if objective == "max-batched-tokens":
+        s = step or DEFAULT_TOKEN_STEP
+        if s < 1:
+            raise ConfigError("the step must be at least 1", key="--step", value=step)
+        return Knob("max-batched-tokens", "scheduler.max_num_batched_tokens", s)
+    if step is not None:
+        raise ConfigError("--step applies to max-batched-tokens only", key="--step", value=step)
+    if objective == "max-kv-bytes":
+        return Knob("max-kv-bytes", "memory.kv_cache_memory_bytes", MIB)
+    return Knob("max-gmu", "memory.gpu_memory_utilization", 1)
+
+
+def search(
+    config: DeploymentConfig,
+    objective: str,
+    *,
+    record: Calibration | None,
+    calibration_message: str,
+    total_bytes: int | None = None,
+    used_by_others: int = 0,
+    min_margin: int | None = None,
+    step: int | None = None,
+    upper: int | float | None = None,
+) -> SearchResult:
+    """Bisection for the largest feasible value of the objective's knob (pure, apart from the ledger)."""
+    if config.comm.compressed_wire and not config.comm.allow_compressed_wire:
+        raise ConfigError(
+            "the profile uses a compressed DMA wire without opting in; calibration is lossless only",
+            key="comm.dma_wire_mode",
+            value=config.comm.dma_wire_mode,
+            hint="set comm.dma_wire_mode: '0' (bf16), or comm.allow_compressed_wire: true to opt in",
+        )
+    knob = knob_for(objective, step=step)
+    profile_config = config
+    if min_margin is not None:
+        config = _with(config, "memory.min_margin", min_margin)
+    required = config.memory.min_margin
+    if knob.objective != "max-kv-bytes" and config.memory.kv_cache_memory_bytes is not None:
+        # A pinned KV size would hold KV constant and hide what the knob costs; search the GMU-sized KV.
+        config = _with(config, "memory.kv_cache_memory_bytes", None)
+    ev = Evaluator(record, total_bytes=total_bytes, used_by_others=used_by_others, required_margin=required)
+    steps: list[tuple[int | float, bool]] = []
+
+    def at(index: int) -> Evaluation:
+        value = knob.value(index)
+        cached = index in ev.cache
+        result = ev.evaluate(index, _with(config, knob.key, value), value)
+        if not cached:
+            steps.append((value, result.feasible))
+        return result
+
+    original = Evaluator(
+        record, total_bytes=total_bytes, used_by_others=used_by_others, required_margin=required
+    )
+    current_value = _current(config, knob)
+    base = original.evaluate(-1, config, current_value)
+    notes = list(original.notes)
+
+    lo, hi = _range(config, knob, base, total_bytes=_total(record, total_bytes, config), upper=upper)
+    if knob.objective == "max-batched-tokens":
+        anchor: int | None = lo
+    else:
+        # one request fits from some value on: find it, then bisect feasibility above it
+        anchor = _first_true(lambda i: at(i).fits_one_request, lo, hi)
+    best_i = _last_true(lambda i: at(i).feasible, anchor, hi) if anchor is not None else None
+    best = at(best_i) if best_i is not None else None
+    next_up = at(best_i + 1) if best_i is not None and best_i < hi else None
+    lower = at(anchor) if anchor is not None and best is None else None
+    if next_up is not None and next_up.feasible:  # monotonicity broken: say so rather than claim optimality
+        notes.append(f"{knob.show(next_up.value)} is feasible too: feasibility is not monotone here")
+    for n in ev.notes:
+        if n not in notes:
+            notes.append(n)
+    return SearchResult(
+        objective=knob.objective,
+        knob=knob,
+        calibration=record,
+        calibration_message=calibration_message,
+        profile_config=profile_config,
+        original=base,
+        best=best,
+        next_up=next_up,
+        lower_bound=lower,
+        range_end=knob.value(hi),
+        steps=tuple(steps),
+        notes=tuple(notes),
+    )
+
+
+def _current(config: DeploymentConfig, knob: Knob) -> int | float | None:
+    if knob.objective == "max-batched-tokens":
+        return config.scheduler.max_num_batched_tokens
+    if knob.objective == "max-gmu":
+        return config.memory.gpu_memory_utilization
+    return config.memory.kv_cache_memory_bytes
+
+
+def _total(record: Calibration | None, total_bytes: int | None, config: DeploymentConfig) -> int:
+    if total_bytes is not None:
+        return total_bytes
+    if record is not None:
+        totals = [t.total_bytes for t in record.ranks if t.total_bytes is not None]
+        if totals:
+            return min(totals)
+    return config.hardware.memory_per_gpu
+
+
+def _range(
+    config: DeploymentConfig, knob: Knob, base: Evaluation, *, total_bytes: int, upper: int | float | None
+) -> tuple[int, int]:
+    if knob.objective == "max-batched-tokens":
+        if not config.scheduler.enable_chunked_prefill:
+            raise ConfigError(
+                "without chunked prefill max_num_batched_tokens must cover max_model_len; nothing to search",
+                key="scheduler.enable_chunked_prefill",
+                value=False,
+            )
+        # vLLM needs room for every sequence's decode step (1 + MTP tokens) in one batch
+        floor = max(knob.step, config.scheduler.max_num_seqs * config.decode_step)
+        lo = -(-floor // knob.step)
+        top = int(upper) if upper is not None else config.scheduler.max_model_len
+        hi = top // knob.step
+    elif knob.objective == "max-kv-bytes":
+        lo = 1
+        hi = int(upper) // MIB if upper is not None else total_bytes // MIB
+    else:
+        lo = 1
+        hi = min(1000, math.floor(float(upper) * 1000)) if upper is not None else 1000
+    if hi < lo:
+        raise ConfigError("the search range is empty", key="--max", value=upper)
+    return lo, hi
+
+
+# --- outputs --------------------------------------------------------------------------------------
+
+
+def changes(result: SearchResult) -> dict[str, tuple[Any, Any]]:
+    """Setting -> (profile value, calibrated value), for the overlay and the diff."""
+    if result.best is None:
+        return {}
+    out: dict[str, tuple[Any, Any]] = {}
+    orig = result.profile_config
+    best = result.best.config
+    if result.best.value != result.original.value or result.knob.objective == "max-kv-bytes":
+        out[result.knob.key] = (result.original.value, result.best.value)
+    if best.memory.min_margin != orig.memory.min_margin:
+        out["memory.min_margin"] = (orig.memory.min_margin, best.memory.min_margin)
+    if orig.memory.kv_cache_memory_bytes is not None and result.knob.objective != "max-kv-bytes":
+        out["memory.kv_cache_memory_bytes"] = (orig.memory.kv_cache_memory_bytes, None)
+    return out
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = root
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return root
+
+
+def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
+    """The calibrated overlay profile: ``extends:`` the original and sets only what the search changed."""
+    if result.best is None:
+        raise ValueError("no feasible value: nothing to write")
+    best = result.best
+    diff = changes(result)
+    header = [
+        f"# Calibrated overlay written by: {command}",
+        f"# {result.calibration_message}",
+        f"# objective {result.objective}: {result.knob.key} = {result.knob.show(best.value)}, "
+        f"smallest rank margin {format_size(best.min_margin)} >= {format_size(best.required_margin)}",
+    ]
+    if result.next_up is not None:
+        up = result.knob.show(result.next_up.value)
+        header.append(f"# next step up ({up}) fails: {'; '.join(result.next_up.reasons)}")
+    else:
+        header.append(f"# {result.knob.show(best.value)} is the end of the searched range")
+    if result.knob.objective != "max-kv-bytes":
+        header.append(
+            f"# to pin the KV cache instead of sizing it by GMU (keeps exactly the required margin): "
+            f"memory.kv_cache_memory_bytes: {best.recommended_kv_cache_memory_bytes}"
+        )
+    body: dict[str, Any] = {
+        "description": f"{extends} calibrated for {result.objective}: "
+        + ", ".join(
+            f"{k} {result.knob.show(v) if k == result.knob.key else v}" for k, (_, v) in diff.items()
+        ),
+        "extends": extends,
+        **_nest({k: v for k, (_, v) in diff.items()}),
+    }
+    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
+
+
+def write_overlay(path: Path, text: str) -> None:
+    from glmlaunch.calibrate.store import _atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, text)
+
+
+def evaluation_document(ev: Evaluation | None, knob: Knob) -> dict[str, Any] | None:
+    if ev is None:
+        return None
+    return {
+        "value": ev.value,
+        "feasible": ev.feasible,
+        "reasons": list(ev.reasons),
+        "kv_cache_bytes": ev.kv_bytes,
+        "one_request_bytes": ev.request_bytes,
+        "fits_one_request": ev.fits_one_request,
+        "required_margin": ev.required_margin,
+        "min_margin": ev.min_margin,
+        "kv_cache_memory_bytes_for_margin": ev.recommended_kv_cache_memory_bytes,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "margin": r.margin,
+                "start_gate_ok": r.budget.start_gate_ok,
+                "terms": r.budget.terms,
+            }
+            for r in ev.ranks
+        ],
+    }
+
+
+def result_document(result: SearchResult, *, overlay: Path | None) -> dict[str, Any]:
+    best = result.best
+    return {
+        "objective": result.objective,
+        "knob": result.knob.key,
+        "step": result.knob.step if result.objective == "max-batched-tokens" else None,
+        "calibration": {
+            "record_id": result.calibration.record_id if result.calibration else None,
+            "message": result.calibration_message,
+        },
+        "lossless": {"dma_wire_mode": result.original.config.comm.dma_wire_mode, "changed": False},
+        "original": evaluation_document(result.original, result.knob),
+        "best": evaluation_document(best, result.knob),
+        "next_step_up": evaluation_document(result.next_up, result.knob),
+        "lower_bound_failed": evaluation_document(result.lower_bound, result.knob),
+        "range_end": result.range_end,
+        "limit_reached": result.limit_reached,
+        "kv_cache_memory_bytes": (
+            best.value
+            if best is not None and result.objective == "max-kv-bytes"
+            else (best.recommended_kv_cache_memory_bytes if best is not None else None)
+        ),
+        "changes": {k: {"profile": a, "calibrated": b} for k, (a, b) in changes(result).items()},
+        "steps": [{"value": v, "feasible": f} for v, f in result.steps],
+        "notes": list(result.notes),
+        "overlay": str(overlay) if overlay is not None else None,
+    }
