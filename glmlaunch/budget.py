@@ -112,6 +112,7 @@ def compute_budget(
         reasons.append(
             f"one {config.scheduler.max_model_len:,}-token request needs {need:,} B of KV per rank "
             f"({per_token:,} B/token, DCP {config.parallel.dcp}) but the budget is {kv:,} B"
+            + (" (B/token is an estimate: calibrate from a boot log)" if origin == "estimate" else "")
         )
     verdict: Verdict
     if reasons:
