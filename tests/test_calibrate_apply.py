@@ -129,3 +129,22 @@ def test_cli_ingest_errors(clean_env: dict[str, str], tmp_path: Path) -> None:
     res = run_cli("calibrate", "ingest", str(empty), env=clean_env)
     assert res.returncode == 2 and "no vLLM worker lines" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_calibration_for_plan_check_preflight(tmp_path: Path) -> None:
+    from glmlaunch.budget import compute_budget
+    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.calibrate.store import Store
+
+    store = Store(tmp_path / "cal")
+    none = calibration_for(r12(), store=store)
+    assert none.calibration is None and "using defaults" in none.message
+    store.save(record(r12()))
+    use = calibration_for(r12(), store=store)
+    assert use.calibration is not None and use.message.startswith("using calibration")
+    ledger = build_ledger(r12(), calibration=use.calibration)
+    budget = compute_budget(r12(), ledger, calibration=use.calibration)
+    assert budget.kv_bytes_per_token_origin == "calibrated"
+    assert ledger.entry("weights").origin == "calibrated"  # type: ignore[union-attr]
+    other = calibration_for(r12("memory.kv_cache_dtype=fp8"), store=store)
+    assert other.calibration is None and "kv_cache_dtype" in other.message

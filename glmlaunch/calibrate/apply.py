@@ -25,11 +25,15 @@ A negative residual (the ledger's itemized entries exceed what vLLM logged) is c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration
 from glmlaunch.calibrate.terms import CalibratedTerms
 from glmlaunch.config import DeploymentConfig
+
+if TYPE_CHECKING:
+    from glmlaunch.calibrate.store import Store
+    from glmlaunch.inventory import Inventory
 
 RESIDUAL_ENTRIES: frozenset[str] = frozenset(
     {
@@ -163,3 +167,33 @@ def _kv_per_token(config: DeploymentConfig, record: Calibration) -> int | None:
     if per_rank_tokens <= 0:
         return None
     return -(-(min(kv) + LOG_GIB_RESOLUTION) // per_rank_tokens)
+
+
+@dataclass(frozen=True)
+class CalibrationUse:
+    """What ``plan`` / ``check`` / ``preflight`` pass to ``build_ledger`` and ``compute_budget``, and say."""
+
+    calibration: LedgerCalibration | None
+    message: str
+    record: Calibration | None
+    warnings: tuple[str, ...]
+
+
+def calibration_for(
+    config: DeploymentConfig, inventory: Inventory | None = None, *, store: Store | None = None
+) -> CalibrationUse:
+    """The matching record turned into ledger inputs, or None with the reason every record was rejected.
+
+    Use: ``use = calibration_for(config, inventory)``; ``note(use.message)``;
+    ``build_ledger(config, calibration=use.calibration)``; ``compute_budget(…, calibration=use.calibration)``.
+    """
+    from glmlaunch.calibrate.store import lookup_calibration
+
+    found = lookup_calibration(config, inventory, store=store)
+    if found.calibration is None:
+        return CalibrationUse(None, found.message(), None, found.warnings)
+    cal = ledger_calibration(config, found.calibration)
+    message = found.message()
+    if cal.notes:
+        message += " (" + "; ".join(cal.notes) + ")"
+    return CalibrationUse(cal, message, found.calibration, found.warnings)
