@@ -107,7 +107,7 @@ def test_kv_refusal_is_reported_with_its_numbers() -> None:
     (refusal,) = boot.engine.refusals
     assert refusal.kind == "kv-too-small"
     assert refusal.max_model_len == 524_288
-    assert refusal.kv_needed_bytes == gib(0.54)
+    assert refusal.kv_needed_bytes == gib(3.90)
     assert refusal.kv_available_bytes == gib(0.01)
     assert refusal.estimated_max_model_len == 1792
     # the unprefixed echo of the same exception is not a second refusal

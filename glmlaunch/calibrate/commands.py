@@ -180,6 +180,11 @@ def run_search(
             note(f"  {rej.record_id}: {rej.reason}")
     else:
         note(message)
+        if used:
+            note(
+                "the boot's T - F0 already holds what other processes used then; the memory they hold now "
+                "is charged again on top (conservative when they are the same processes)"
+            )
     result = search(
         config,
         objective,
