@@ -127,3 +127,18 @@ def test_real_probe_reads_every_visible_gpu(tmp_path: Path) -> None:
         assert g.readable, g.errors
         assert g.usable_total is not None and g.memory_free is not None
     assert len(inv.pairs) == len(inv.gpus) * (len(inv.gpus) - 1) // 2
+
+
+def test_one_failed_query_is_recorded_not_raised() -> None:
+    import pynvml
+
+    from glmlaunch.hardware import _Errors
+
+    errs = _Errors()
+
+    def lost() -> int:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    assert errs.read("bar1_total", lost) is None
+    assert errs.read("cuda_cores", lambda: 24_064) == 24_064
+    assert [(e.field, e.error) for e in errs.items] == [("bar1_total", "GPU is lost")]
