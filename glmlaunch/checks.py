@@ -3,7 +3,7 @@
 Input: a :class:`~glmlaunch.config.DeploymentConfig`, an :class:`~glmlaunch.inventory.Inventory`
 (probed or loaded from a file) and a purpose: ``serve`` (the deployment will run here) or
 ``preflight`` (only the memory / communication preflight will run here, e.g. on a non-target GPU).
-Output: a :class:`CheckReport`, one :class:`CheckResult` per check, never an exception. The report
+Output: a :class:`CheckReport`, one :class:`CheckResult` per check; findings never raise. The report
 decides the exit code (README "Exit codes"): any hardware FAIL -> 3, else a memory-verdict FAIL -> 4,
 else warnings with ``strict`` -> 7, else 0.
 
@@ -105,8 +105,10 @@ class CheckReport(BaseModel):
         first = f"{failed[0].name}: {failed[0].message}"
         if code == ExitCode.MARGIN:
             raise MarginError(first)
+        if len(failed) == 1:
+            raise HardwareError(f"hardware check failed: {first}")
         failed_names = ", ".join(r.name for r in failed)
-        raise HardwareError(f"hardware check(s) failed: {failed_names} — {first}")
+        raise HardwareError(f"{len(failed)} hardware checks failed ({failed_names}); first: {first}")
 
 
 # --- the TP group -------------------------------------------------------------------------------

@@ -200,19 +200,8 @@ def nvml_error(inv: Inventory) -> Inventory:
         errors=(ProbeError(field="device", error="GPU is lost"),),
     )
     gpus = (*inv.gpus[:3], lost)
-    pairs = tuple(
-        p.model_copy(
-            update={
-                "topology": None,
-                "forward": P2PCaps(),
-                "reverse": P2PCaps(),
-                "errors": (ProbeError(field="topology", error="GPU is lost"),),
-            }
-        )
-        if p.b == 3
-        else p
-        for p in inv.pairs
-    )
+    # hardware.probe gets no NVML handle for a lost GPU, so it records no pair with it either.
+    pairs = tuple(p for p in inv.pairs if p.b != 3)
     return _edit(
         inv,
         "NVML answers 'GPU is lost' for GPU 3 (Xid 79); the other three read normally",

@@ -135,7 +135,7 @@ def test_cotenant_also_fails_the_start_gate_in_the_memory_verdict() -> None:
     assert r.exit_code() == ExitCode.HARDWARE
     with pytest.raises(HardwareError) as err:
         r.raise_for_status()
-    assert "free_memory" in err.value.one_line()
+    assert err.value.one_line().startswith("hardware check failed: free_memory: GPU 1 has")
 
 
 def test_memory_verdict_uses_the_ledger_budget_with_the_real_memory() -> None:
@@ -271,3 +271,12 @@ def test_report_json_is_data_with_a_summary() -> None:
     assert [x["name"] for x in doc["results"]] == ALL_CHECKS
     link = next(x for x in doc["results"] if x["name"] == "pcie_link")
     assert link["details"]["links"]["2"]["current_width"] == 8
+
+
+def test_several_hardware_failures_are_named_in_one_line() -> None:
+    r = report("rtxpro6000x4-nvml-error")
+    with pytest.raises(HardwareError) as err:
+        r.raise_for_status()
+    line = err.value.one_line()
+    assert line.startswith("2 hardware checks failed (gpu_probe, p2p); first: gpu_probe: NVML cannot read GPU 3")
+    assert "\n" not in line

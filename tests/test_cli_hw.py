@@ -97,9 +97,9 @@ def test_warnings_fail_only_with_strict(clean_env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("fixture", "extra", "code", "first_words"),
     [
-        ("rtxpro6000x4-missing-gpu", [], 3, "error: hardware check(s) failed: gpu_count"),
-        ("rtxpro6000x4-old-driver", [], 3, "error: hardware check(s) failed: driver"),
-        ("rtxpro6000x4-no-p2p", [], 3, "error: hardware check(s) failed: p2p"),
+        ("rtxpro6000x4-missing-gpu", [], 3, "error: hardware check failed: gpu_count: tp=4 needs 4 GPUs"),
+        ("rtxpro6000x4-old-driver", [], 3, "error: hardware check failed: driver: driver 575.57.08"),
+        ("rtxpro6000x4-no-p2p", [], 3, "error: hardware check failed: p2p: the driver reports no P2P"),
         ("rtxpro6000x4", ["--set", "memory.min_margin=60GiB"], 4, "error: memory_verdict: below-margin"),
     ],
 )
