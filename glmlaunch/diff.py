@@ -109,7 +109,7 @@ def diff_document(d: Diff) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "left": {"profile": d.left.resolved.profile_name, "overrides": list(d.left.resolved.overrides)},
         "right": {"profile": d.right.resolved.profile_name, "overrides": list(d.right.resolved.overrides)},
-        "settings": [{"key": s.key, "left": s.left, "right": s.right} for s in d.settings],
+        "settings": [{"setting": s.key, "left": s.left, "right": s.right} for s in d.settings],
         "entries": [
             {
                 "name": e.name,
