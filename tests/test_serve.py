@@ -481,3 +481,40 @@ def test_baseline_problems_from_recorded_inventories() -> None:
     assert alive == ["preflight worker process group 99 is still alive"]
     gone = baseline_problems(before, [GpuMemory(0, before[0].free_bytes, ())], [], [], 0)
     assert "GPU 1 is no longer visible" in gone
+
+
+# --- container files ---------------------------------------------------------------------------------
+
+
+def test_compose_and_dockerfile_make_serve_the_entrypoint(fake: Fake) -> None:
+    import yaml
+
+    exe, record, env = fake
+    service = yaml.safe_load((REPO / "scripts" / "compose.yaml").read_text())["services"]["glm52"]
+    assert service["entrypoint"] == ["glmlaunch", "serve"]
+    assert service["ipc"] == "host" and service["init"] is True and service["network_mode"] == "host"
+    assert service["shm_size"] == "32gb" and service["ulimits"]["memlock"] == -1
+    assert any(v.endswith(":/cache") for v in service["volumes"])
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    dockerfile = (REPO / "scripts" / "Dockerfile.glmlaunch").read_text()
+    assert 'ENTRYPOINT ["glmlaunch", "serve"]' in dockerfile
+
+    # The compose environment alone (with ${VAR:-default} expanded) drives a real launch.
+    compose_env = {
+        k: str(v).replace("${HF_TOKEN:-}", HF) for k, v in service["environment"].items()
+    }
+    env.update(compose_env)
+    env.update(
+        {
+            "GLMLAUNCH_SET": FITS,
+            "GLMLAUNCH_INVENTORY": str(INVENTORY),
+            "GLMLAUNCH_SKIP_PREFLIGHT": "1",
+            "GLMLAUNCH_CACHE_DIR": env["HOME"],
+        }
+    )
+    rc, pid, out, err = start(*service["entrypoint"][1:], *service["command"], env=env)
+    assert rc == 0, err
+    got = json.loads(record.read_text())
+    assert got["pid"] == pid and got["env"]["HF_TOKEN"] == HF
+    assert got["argv"] == expected_argv(exe, "turnkey", [FITS], env, [])
+    assert_no_secret(out, err)
