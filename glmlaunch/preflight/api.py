@@ -1,0 +1,234 @@
+"""``glmlaunch preflight``: choose a backend, run the workers, check NVML, and build the report.
+
+Inputs: a resolved :class:`~glmlaunch.config.DeploymentConfig`, the backend choice, the device mode,
+per-phase limits and an optional injected fault. Side effects: NVML probes (``glmlaunch.hardware``) before
+and after, worker processes (``launcher.launch``). Output: a frozen :class:`PreflightRun` that
+``report.py`` turns into the verdict. Raises ``NoGpuError`` / ``HardwareError`` when the device mode
+cannot run here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.errors import ConfigError, HardwareError
+from glmlaunch.ledger.model import Ledger
+from glmlaunch.preflight.launcher import LaunchOutcome, LaunchRequest, launch
+from glmlaunch.preflight.types import (
+    DEFAULT_PHASE_LIMITS,
+    PHASES,
+    BackendName,
+    DeviceMode,
+    FaultSpec,
+    PlannedAllocation,
+)
+from glmlaunch.registry import managed_env
+
+BackendChoice = Literal["auto", "sparkinfer", "b12x", "replay"]
+REPLAYED_KINDS = frozenset({"ipc", "torch", "workspace", "transient"})
+#: NVML free memory after teardown may move by the driver's own bookkeeping; more than this is a leak.
+LEAK_SLACK_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BackendDecision:
+    name: BackendName
+    reason: str
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    index: int
+    name: str | None
+    free_bytes: int | None
+    used_bytes: int | None
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PreflightRun:
+    config: DeploymentConfig
+    ledger: Ledger
+    backend: BackendDecision
+    device_mode: DeviceMode
+    outcome: LaunchOutcome
+    before: tuple[GpuSnapshot, ...]
+    after: tuple[GpuSnapshot, ...]
+    driver: str | None
+    leaks: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+def parse_timeouts(items: list[str]) -> dict[str, float]:
+    """``30`` sets every phase but ``build``; ``build=600`` sets one phase."""
+    limits = dict(DEFAULT_PHASE_LIMITS)
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            seconds = float(value if sep else key)
+        except ValueError:
+            raise ConfigError("not a number of seconds", key="--timeout", value=item,
+                              hint="write 30 or build=600") from None
+        if seconds <= 0:
+            raise ConfigError("a time limit must be positive", key="--timeout", value=item)
+        if not sep:
+            limits.update({p: seconds for p in PHASES if p != "build"})
+        elif key in PHASES:
+            limits[key] = seconds
+        else:
+            raise ConfigError("unknown phase", key="--timeout", value=key, allowed=list(PHASES))
+    return limits
+
+
+def planned_allocations(ledger: Ledger, rank: int = 0) -> tuple[PlannedAllocation, ...]:
+    """The ledger entries a worker can allocate (context, NCCL, weights and KV are measured or skipped)."""
+    out = []
+    for e in ledger.ranks[rank].entries:
+        if e.kind not in REPLAYED_KINDS or e.lifetime == "budget-term":
+            continue
+        group: Literal["tp", "dcp"] = "dcp" if e.subsystem.startswith(("dcp", "topk")) else "tp"
+        out.append(
+            PlannedAllocation(
+                name=e.name,
+                kind=e.kind,  # type: ignore[arg-type]
+                lifetime=e.lifetime,
+                requested_bytes=e.requested_bytes,
+                count=e.count,
+                predicted_device_bytes=e.device_bytes,
+                group=group,
+            )
+        )
+    return tuple(out)
+
+
+def choose_backend(
+    choice: BackendChoice, config: DeploymentConfig, device_mode: DeviceMode, capability: str | None
+) -> BackendDecision:
+    """``auto``: the library of the profile's stack when it can run here, else ``replay`` (and why)."""
+    if choice != "auto":
+        if choice == "sparkinfer" and device_mode == "cpu":
+            raise ConfigError("the sparkinfer backend needs GPUs", key="--backend", value=choice,
+                              hint="use --backend replay with --device cpu")
+        return BackendDecision(choice, "chosen with --backend")
+    if device_mode == "cpu":
+        return BackendDecision("replay", "CPU device mode: no library pool can be built without GPUs")
+    if config.stack == "sparkinfer-r12":
+        if importlib.util.find_spec("sparkinfer") is None:
+            return BackendDecision(
+                "replay", "stack sparkinfer-r12 but the sparkinfer package is not importable"
+            )
+        if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
+            return BackendDecision(
+                "replay", "sparkinfer JIT-builds its pools with nvcc, which is not on PATH"
+            )
+        return BackendDecision("sparkinfer", "stack sparkinfer-r12 and sparkinfer + nvcc are available")
+    if importlib.util.find_spec("b12x") is None:
+        return BackendDecision("replay", "stack b12x but the b12x package is not importable")
+    if capability is not None and not capability.startswith("12."):
+        return BackendDecision("replay", f"b12x kernels target sm120/sm121; these GPUs are sm{capability}")
+    return BackendDecision("b12x", "stack b12x and the b12x package is importable on sm12x")
+
+
+def _snapshot(environ: Mapping[str, str]) -> tuple[tuple[GpuSnapshot, ...], str | None, str | None]:
+    from glmlaunch.hardware import probe
+
+    inv = probe(environ=environ)
+    snaps = tuple(
+        GpuSnapshot(g.index, g.name, g.memory_free, g.memory_used, tuple(p.pid for p in g.processes))
+        for g in inv.gpus
+    )
+    capability = inv.gpus[0].compute_capability if inv.gpus else None
+    return snaps, inv.driver_version, capability
+
+
+def run_preflight(
+    config: DeploymentConfig,
+    *,
+    backend: BackendChoice = "auto",
+    device: DeviceMode = "cuda",
+    limits: Mapping[str, float] | None = None,
+    fault: FaultSpec | None = None,
+    progress: Callable[[str], None] | None = None,
+    build_ledger: Callable[[DeploymentConfig], Ledger] | None = None,
+) -> PreflightRun:
+    if build_ledger is None:
+        from glmlaunch.ledger import build_ledger as build_ledger_default
+
+        build_ledger = build_ledger_default
+    ledger = build_ledger(config)
+    world = config.parallel.tp
+    env = managed_env(config)
+    child_environ = {**os.environ, **env}
+    before: tuple[GpuSnapshot, ...] = ()
+    driver = capability = None
+    if device == "cuda":
+        before, driver, capability = _snapshot(child_environ)
+        if len(before) < world:
+            raise HardwareError(
+                f"parallel.tp is {world} but {len(before)} GPU(s) are visible",
+                key="parallel.tp",
+                value=world,
+                hint=f"scale the deployment to this machine: --set parallel.tp={len(before)} "
+                f"--set parallel.dcp={min(config.parallel.dcp, len(before))}",
+            )
+    decision = choose_backend(backend, config, device, capability)
+    request = LaunchRequest(
+        world_size=world,
+        device_mode=device,
+        backend=decision.name,
+        config=config.model_dump(mode="json"),
+        allocations=planned_allocations(ledger),
+        env=env,
+        phase_limits=dict(limits or DEFAULT_PHASE_LIMITS),
+        fault=fault,
+        free_before=tuple(s.free_bytes for s in before[:world]),
+    )
+    if progress:
+        progress(f"backend: {decision.name} ({decision.reason})")
+    outcome = launch(request, progress)
+    after: tuple[GpuSnapshot, ...] = ()
+    leaks: list[str] = []
+    if device == "cuda":
+        after, _, _ = _snapshot(child_environ)
+        leaks = _leaks(before[:world], after[:world], outcome)
+    for pid in outcome.survivors:
+        leaks.append(f"worker process group {pid} is still alive after teardown")
+    return PreflightRun(
+        config=config,
+        ledger=ledger,
+        backend=decision,
+        device_mode=device,
+        outcome=outcome,
+        before=before,
+        after=after,
+        driver=driver,
+        leaks=tuple(leaks),
+    )
+
+
+def _leaks(
+    before: tuple[GpuSnapshot, ...], after: tuple[GpuSnapshot, ...], outcome: LaunchOutcome
+) -> list[str]:
+    ours = {r.pid for r in outcome.results if r is not None}
+    out = []
+    for b, a in zip(before, after, strict=False):
+        held = ours.intersection(a.pids)
+        if held:
+            out.append(f"GPU {a.index}: worker pid(s) {sorted(held)} still hold memory")
+        lost = None if b.free_bytes is None or a.free_bytes is None else b.free_bytes - a.free_bytes
+        if lost is not None and lost > LEAK_SLACK_BYTES:
+            out.append(
+                f"GPU {a.index}: {lost / 2**20:.0f} MiB less free than before the "
+                "preflight"
+            )
+    return out
+
+
+def result_dicts(run: PreflightRun) -> list[dict[str, Any] | None]:
+    return [r.to_dict() if r is not None else None for r in run.outcome.results]

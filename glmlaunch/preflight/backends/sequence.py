@@ -1,0 +1,80 @@
+"""The order in which vLLM makes the comm pools' channels, shared by the library backends.
+
+Pure functions of the configuration (memory-model.md §5): which capture passes a runner makes, which of
+them are checkpointed and rolled back, and which ledger entries a step of the sequence realises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.preflight.types import PlannedAllocation
+
+
+@dataclass(frozen=True)
+class CapturePass:
+    name: str
+    rollback: bool  # V2 profiling captures are checkpointed and rolled back
+    role: str  # the ledger's channel role this pass's channels belong to ("" when rolled back)
+
+
+def capture_passes(config: DeploymentConfig) -> tuple[CapturePass, ...]:
+    """One pool capture context per cudagraph-manager pass, in vLLM's order."""
+    if config.cudagraph.mode == "NONE":
+        return ()
+    if config.runner == "v1":
+        # The r12 V1 runner never rolls its profiling capture back: the channel leaks.
+        return (CapturePass("profiling", False, "leaked-profiling"), CapturePass("target", False, "capture"))
+    passes = [CapturePass("profiling", True, ""), CapturePass("target", False, "capture")]
+    if config.mtp >= 1:
+        passes.append(CapturePass("drafter-prefill", False, "capture"))
+    if config.mtp > 1:
+        passes.append(CapturePass("drafter-decode", False, "capture"))
+    return tuple(passes)
+
+
+def dma_max_bytes(config: DeploymentConfig) -> int:
+    """vLLM's DMA ``max_bytes``: batched tokens x hidden x bf16 itemsize (r12 tree)."""
+    return config.scheduler.max_num_batched_tokens * config.model.geometry.hidden_size * 2
+
+
+def dcp_batch(config: DeploymentConfig) -> int:
+    cap = config.comm.dcp_a2a_max_tokens
+    batched = config.scheduler.max_num_batched_tokens
+    return min(batched, cap) if cap > 0 else batched
+
+
+def covers(names: Iterable[str], subsystem: str, role: str | None = None, *parts: str) -> list[str]:
+    """Ledger entry names of ``subsystem`` (optionally of one channel ``role`` and name ``parts``)."""
+    out = []
+    for name in names:
+        pieces = name.split(".")
+        if pieces[0] != subsystem:
+            continue
+        if role is not None and pieces[-1] != role:
+            continue
+        if parts and not any(p in pieces for p in parts):
+            continue
+        out.append(name)
+    return out
+
+
+def workspace_arenas(entries: Iterable[PlannedAllocation]) -> list[tuple[str, list[str], int, str]]:
+    """vLLM's workspace is one grow-only arena per lane: its size is the largest plan, not the sum.
+
+    Returns ``(arena name, ledger entries it holds, bytes, lifetime)`` per lane, in first-seen order.
+    """
+    lanes: dict[str, list[PlannedAllocation]] = {}
+    for e in entries:
+        if e.kind != "workspace":
+            continue
+        lane = e.name.split(".")[-1] if e.name.split(".")[-1].startswith("lane") else "lane0"
+        lanes.setdefault(lane, []).append(e)
+    out = []
+    for lane, members in lanes.items():
+        biggest = max(members, key=lambda m: m.requested_bytes)
+        names = [m.name for m in members]
+        out.append((f"workspace.{lane}", names, biggest.requested_bytes, biggest.lifetime))
+    return out

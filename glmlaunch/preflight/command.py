@@ -1,0 +1,46 @@
+"""The plain function behind ``glmlaunch preflight`` (cli.py only declares its options)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from glmlaunch.errors import ConfigError
+from glmlaunch.output import note
+from glmlaunch.preflight.api import BackendChoice, parse_timeouts, run_preflight
+from glmlaunch.preflight.report import PreflightReport, build_report
+from glmlaunch.preflight.types import DeviceMode, FaultSpec
+
+BACKENDS = ("auto", "sparkinfer", "b12x", "replay")
+DEVICES = ("cuda", "cpu")
+
+
+def preflight(
+    profile: str | None,
+    overrides: Sequence[str],
+    *,
+    backend: str = "auto",
+    device: str = "cuda",
+    timeouts: Sequence[str] = (),
+    inject_fault: str | None = None,
+) -> PreflightReport:
+    from glmlaunch.commands import resolve
+
+    if backend not in BACKENDS:
+        raise ConfigError("unknown backend", key="--backend", value=backend, allowed=BACKENDS)
+    if device not in DEVICES:
+        raise ConfigError("unknown device mode", key="--device", value=device, allowed=DEVICES)
+    try:
+        fault = FaultSpec.parse(inject_fault) if inject_fault else None
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--inject-fault") from None
+    config = resolve(profile, overrides).config
+    run = run_preflight(
+        config,
+        backend=cast(BackendChoice, backend),
+        device=cast(DeviceMode, device),
+        limits=parse_timeouts(list(timeouts)),
+        fault=fault,
+        progress=note,
+    )
+    return build_report(run)
