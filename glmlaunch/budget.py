@@ -81,7 +81,7 @@ def compute_budget(
     calibration: object | None = None,
 ) -> Budget:
     total = config.hardware.memory_per_gpu if total_bytes is None else total_bytes
-    t: Terms = terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
+    t: Terms = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
     f0 = total - used_by_others - t.u_pre
     gate = gate_bytes(config.memory.gpu_memory_utilization, total)
     pinned = config.memory.kv_cache_memory_bytes

@@ -14,6 +14,8 @@ commands must not do unless asked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import (
@@ -33,9 +35,9 @@ from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.context import Context, Draft, LibraryLayouts, fmt_int
 from glmlaunch.ledger.footprint import SMALL_SEGMENT, Packer, transient_peak
 from glmlaunch.ledger.model import Entry, Ledger, RankLedger
-from glmlaunch.ledger.terms import gate_bytes, terms
+from glmlaunch.ledger.terms import cached_terms, gate_bytes
 
-__all__ = ["LIBRARY_CHOICES", "Entry", "Ledger", "RankLedger", "build_ledger"]
+__all__ = ["LIBRARY_CHOICES", "Entry", "Ledger", "RankLedger", "build_ledger", "clear_caches"]
 
 LIBRARY_CHOICES = ("builtin", "b12x", "auto")
 
@@ -92,7 +94,7 @@ def _entry(d: Draft, device: int) -> Entry:
     )
 
 
-def _kv_entry(config: DeploymentConfig, ctx: Context, sized: list[Entry]) -> Entry:
+def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) -> Entry:
     geo = kv_cache.geometry(config)
     cal = ctx.calibrated("kv_bytes_per_token")
     per_token = cal if cal is not None else geo.bytes_per_token
@@ -103,7 +105,7 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: list[Entry]) -> Ent
         formula = f"--kv-cache-memory-bytes = {fmt_int(kv)}"
         origin = "exact"
     else:
-        t = terms(sized)
+        t = cached_terms(sized)
         r = gate_bytes(config.memory.gpu_memory_utilization, total)
         kv = max(0, r - t.w - t.p - t.n - t.g_e)
         formula = (
@@ -135,40 +137,64 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: list[Entry]) -> Ent
     )
 
 
-def build_ledger(
-    config: DeploymentConfig, *, calibration: object | None = None, library: str = "builtin"
-) -> Ledger:
-    k, lib, source = _library(config, library)
-    ctx = Context(
-        config=config, k=k, calibration=calibration, lib=lib, capture_sizes=tuple(config.capture_sizes())
-    )
-    drafts: list[Draft] = [
-        *runtime.entries(ctx),
-        *weights.entries(ctx),
-        *oneshot.entries(ctx),
-        *dma.entries(ctx),
-        *dcp_a2a.entries(ctx),
-        *topk_exchange.entries(ctx),
-        *indexer.entries(ctx),
-        *activations.entries(ctx),
-        *fold.entries(ctx),
-    ]
-    drafts.sort(key=lambda d: _ORDER[d.lifetime])
-    expandable = "expandable_segments:True" in config.allocator_conf
+_SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
+    (runtime.entries, runtime.key),
+    (weights.entries, weights.key),
+    (oneshot.entries, oneshot.key),
+    (dma.entries, dma.key),
+    (dcp_a2a.entries, dcp_a2a.key),
+    (topk_exchange.entries, topk_exchange.key),
+    (indexer.entries, indexer.key),
+    (activations.entries, activations.key),
+    (fold.entries, fold.key),
+)
+
+# Calibration searches evaluate thousands of configurations that differ in a few knobs. Each subsystem's
+# drafts are a pure function of the few settings its ``key`` names, so they are memoized on that key; the
+# packing of one ordered draft list is memoized on the list itself. Bounded: cleared when it grows large.
+_MEMO_LIMIT = 20_000
+_DRAFTS: dict[tuple[object, ...], tuple[Draft, ...]] = {}
+
+
+def clear_caches() -> None:
+    """Forget every memoized draft, packing and KV entry (tests use it to compare cold and warm builds)."""
+    _DRAFTS.clear()
+    _BUILT.clear()
+    _KV.clear()
+
+
+def _drafts(fn: Callable[[Context], list[Draft]], key: tuple[object, ...], ctx: Context) -> tuple[Draft, ...]:
+    full = (fn, *key)
+    hit = _DRAFTS.get(full)
+    if hit is None:
+        if len(_DRAFTS) >= _MEMO_LIMIT:
+            _DRAFTS.clear()
+        hit = _DRAFTS[full] = tuple(fn(ctx))
+    return hit
+
+
+def _pack(drafts: tuple[Draft, ...], expandable: bool) -> tuple[Entry, ...]:
+    ordered = sorted(drafts, key=lambda d: _ORDER[d.lifetime])
     # vLLM opens the torch small pool long before any pool is built (init tensors, the sampler), so the
     # first small persistent allocation does not open a segment (measured: DMA counters cost nothing).
     packer = Packer(expandable=expandable, torch_small_free=SMALL_SEGMENT)
-    sized = [_entry(d, _footprint(d, packer, expandable)) for d in drafts]
-    sized.append(_kv_entry(config, ctx, sized))
-    entries = tuple(sized)
-    gpus = config.gpu_list
-    ranks = tuple(
-        RankLedger(rank=i, gpu=gpus[i] if i < len(gpus) else i, entries=entries)
-        for i in range(config.parallel.tp)
-    )
-    latent = tuple(
-        _entry(d, transient_peak(d.pieces, expandable=expandable)) for d in paged_logits.latent(ctx)
-    )
+    return tuple(_entry(d, _footprint(d, packer, expandable)) for d in ordered)
+
+
+_BUILT: dict[tuple[object, ...], tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[str, ...]]] = {}
+_KV: dict[tuple[object, ...], tuple[tuple[Entry, ...], Entry]] = {}
+
+
+def _assemble(
+    ctx: Context, keys: tuple[tuple[object, ...], ...], expandable: bool
+) -> tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[str, ...]]:
+    drafts: tuple[Draft, ...] = ()
+    for (fn, _key), kk in zip(_SUBSYSTEMS, keys, strict=True):
+        drafts += _drafts(fn, kk, ctx)
+    sized = _pack(drafts, expandable)
+    latent_drafts = _drafts(paged_logits.latent, paged_logits.key(ctx), ctx)
+    latent = tuple(_entry(d, transient_peak(d.pieces, expandable=expandable)) for d in latent_drafts)
+    config, k = ctx.config, ctx.k
     notes: list[str] = []
     if topk_exchange.undecided(config):
         r = topk_exchange.rows(config)
@@ -179,11 +205,62 @@ def build_ledger(
             f"dcp_policy.query_split / topk_owner_merge are left to the library's automatic choice: "
             f"if it turns either on, a {fmt_int(size)} B top-k exchange slab is added (set them explicitly)"
         )
+    return sized, latent, tuple(notes)
+
+
+def _kv_cached(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) -> Entry:
+    m = config.memory
+    key = (
+        id(sized),
+        m.gpu_memory_utilization,
+        m.kv_cache_memory_bytes,
+        m.kv_cache_dtype,
+        config.hardware.memory_per_gpu,
+        config.parallel.dcp,
+        config.scheduler.max_model_len,
+        config.mtp,
+        config.model.geometry,
+        ctx.calibrated("kv_bytes_per_token"),
+    )
+    hit = _KV.get(key)
+    if hit is not None and hit[0] is sized:
+        return hit[1]
+    if len(_KV) >= _MEMO_LIMIT:
+        _KV.clear()
+    entry = _kv_entry(config, ctx, sized)
+    _KV[key] = (sized, entry)
+    return entry
+
+
+def build_ledger(
+    config: DeploymentConfig, *, calibration: object | None = None, library: str = "builtin"
+) -> Ledger:
+    k, lib, source = _library(config, library)
+    ctx = Context(
+        config=config, k=k, calibration=calibration, lib=lib, capture_sizes=tuple(config.capture_sizes())
+    )
+    # allocator_conf's rule without building the string: LMCache forces expandable segments off
+    expandable = config.memory.allocator.expandable_segments and not config.lmcache
+    keys = tuple(key(ctx) for _fn, key in _SUBSYSTEMS)
+    full_key = (expandable, *keys, paged_logits.key(ctx))
+    built = _BUILT.get(full_key)
+    if built is None:
+        if len(_BUILT) >= _MEMO_LIMIT:
+            _BUILT.clear()
+        built = _BUILT[full_key] = _assemble(ctx, keys, expandable)
+    sized, latent, notes = built
+    entries = (*sized, _kv_cached(config, ctx, sized))
+    gpus = config.gpu_list
+    ranks = tuple(
+        RankLedger(rank=i, gpu=gpus[i] if i < len(gpus) else i, entries=entries)
+        for i in range(config.parallel.tp)
+    )
     return Ledger(
         stack=config.stack,
         library="b12x" if lib is not None else "builtin",
         constants_source=source,
         ranks=ranks,
         latent=latent,
-        notes=tuple(notes),
+        notes=notes,
+        base_terms=cached_terms(sized),
     )

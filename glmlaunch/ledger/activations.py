@@ -69,3 +69,16 @@ def entries(ctx: Context) -> list[Draft]:
             )
         )
     return out
+
+
+def key(ctx: Context) -> tuple[object, ...]:
+    """Everything :func:`entries` reads (the ledger memoizes on it)."""
+    cfg = ctx.config
+    return (
+        cfg.scheduler.max_num_batched_tokens,
+        ctx.calibrated("activation_bytes"),
+        ctx.calibrated("graph_bytes"),
+        ctx.capture_sizes,
+        cfg.cudagraph.mode,
+        cfg.memory.estimate_cudagraphs,
+    )

@@ -78,6 +78,11 @@ class Context:
     #: DeploymentConfig.capture_sizes(), computed once per build
     capture_sizes: tuple[int, ...]
 
+    @property
+    def kid(self) -> tuple[str, str]:
+        """Cheap identity of the constants row for memo keys (hashing the whole row is slow)."""
+        return self.k.stack, self.k.source
+
     def calibrated(self, name: str) -> int | None:
         """A calibrated value by name from an object attribute or a mapping key; None when absent."""
         cal = self.calibration

@@ -17,7 +17,10 @@ entries that are budget terms of their own (weights W and the KV cache).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from glmlaunch.ledger.terms import Terms
 
 Kind = Literal["ipc", "torch", "workspace", "transient", "driver"]
 Lifetime = Literal["pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term"]
@@ -77,6 +80,8 @@ class Ledger:
     #: hazards a code path could allocate but this configuration does not reach (not budgeted)
     latent: tuple[Entry, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: budget terms of rank 0 without the KV entry (memoized with the entries); None when built by hand
+    base_terms: Terms | None = None
 
     @property
     def rank0(self) -> RankLedger:

@@ -94,3 +94,22 @@ def entries(ctx: Context) -> list[Draft]:
             )
         )
     return out
+
+
+def key(ctx: Context) -> tuple[object, ...]:
+    """Everything :func:`entries` reads (the ledger memoizes on it)."""
+    cfg = ctx.config
+    c = cfg.comm
+    return (
+        ctx.k,
+        ctx.lib,
+        cfg.parallel.tp,
+        c.pcie_allreduce,
+        c.oneshot_eager_bytes,
+        c.oneshot_push,
+        c.single_channel,
+        cfg.runner,
+        cfg.mtp,
+        bool(ctx.capture_sizes),
+        cfg.memory.estimate_cudagraphs,
+    )

@@ -89,3 +89,13 @@ def entries(ctx: Context) -> list[Draft]:
         )
     )
     return out
+
+
+def key(ctx: Context) -> tuple[object, ...]:
+    """Everything :func:`entries` reads (the ledger memoizes on it)."""
+    return (
+        ctx.config.parallel.tp,
+        ctx.calibrated("cuda_context_bytes"),
+        ctx.calibrated("nccl_bytes"),
+        ctx.calibrated("nontorch_bytes"),
+    )

@@ -46,3 +46,18 @@ def terms(entries: Iterable[Entry]) -> Terms:
 def gate_bytes(gmu: float, total: int) -> int:
     """R = ceil(GMU * T), the float product vLLM's ``request_memory`` takes."""
     return math.ceil(total * gmu)
+
+
+_BY_ID: dict[int, tuple[tuple[Entry, ...], Terms]] = {}
+
+
+def cached_terms(entries: tuple[Entry, ...]) -> Terms:
+    """:func:`terms` of a tuple the ledger memoized, looked up by identity (the tuple is kept alive)."""
+    hit = _BY_ID.get(id(entries))
+    if hit is not None and hit[0] is entries:
+        return hit[1]
+    if len(_BY_ID) >= 20_000:
+        _BY_ID.clear()
+    result = terms(entries)
+    _BY_ID[id(entries)] = (entries, result)
+    return result

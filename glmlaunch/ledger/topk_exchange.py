@@ -69,3 +69,19 @@ def entries(ctx: Context) -> list[Draft]:
             note="R assumed equal to the DCP A2A row cap",
         )
     ]
+
+
+def key(ctx: Context) -> tuple[object, ...]:
+    """Everything :func:`entries` reads (the ledger memoizes on it)."""
+    cfg = ctx.config
+    p = cfg.dcp_policy
+    return (
+        ctx.k,
+        ctx.lib,
+        cfg.parallel.dcp,
+        p.query_split,
+        p.topk_owner_merge,
+        cfg.comm.dcp_a2a_max_tokens,
+        cfg.scheduler.max_num_batched_tokens,
+        cfg.model.geometry.index_topk,
+    )

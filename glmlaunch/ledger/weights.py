@@ -99,3 +99,9 @@ def entries(ctx: Context) -> list[Draft]:
             alloc="fixed",
         )
     ]
+
+
+def key(ctx: Context) -> tuple[object, ...]:
+    """Everything :func:`entries` reads (the ledger memoizes on it; a model directory is read once)."""
+    cfg = ctx.config
+    return (cfg.parallel.tp, cfg.model.path, cfg.model.weights_per_rank, ctx.calibrated("weights_bytes"))
