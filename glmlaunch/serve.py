@@ -275,7 +275,9 @@ def baseline_problems(
         lost_bytes = (b.free_bytes or 0) - (a.free_bytes or 0)
         if b.free_bytes is not None and a.free_bytes is not None and lost_bytes > slack_bytes:
             lost = lost_bytes / 2**20
-            problems.append(f"GPU {b.index}: {lost:.0f} MiB less free than before the preflight")
+            others = sorted(set(a.pids) - set(b.pids) - set(worker_pids))
+            held_by = f" (new holder pid(s) {others})" if others else ""
+            problems.append(f"GPU {b.index}: {lost:.0f} MiB less free than before the preflight{held_by}")
     return problems
 
 

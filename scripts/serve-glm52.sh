@@ -76,7 +76,6 @@ gone_if_set NF3_GRID188 "an NF3 hybrid-checkpoint knob; use the profile's env: s
 gone_if_set LINEAR_BACKEND "not modelled; pass --linear-backend after -- (it is not a managed flag)"
 gone_if_set DCP_A2A_LARGE_BACKEND "not modelled; set VLLM_DCP_A2A_LARGE_BACKEND through GLMLAUNCH_ENV__VLLM_DCP_A2A_LARGE_BACKEND"
 gone_if_set DCP_PREFILL_WORKSPACE "not modelled; set VLLM_DCP_PROJECT_BEFORE_MERGE through GLMLAUNCH_ENV__VLLM_DCP_PROJECT_BEFORE_MERGE"
-gone_if_set CUDAGRAPH_MODE "use GLMLAUNCH_CUDAGRAPH__MODE"
 if ((${#gone[@]})); then
   for line in "${gone[@]}"; do
     printf 'serve-glm52.sh: %s\n' "${line}" >&2

@@ -474,6 +474,10 @@ def test_baseline_problems_from_recorded_inventories() -> None:
     assert baseline_problems(before, before, [4242], [], 2 * 2**20) == []
     problems = baseline_problems(before, after, [4242], [], 2 * 2**20)
     assert problems and all("less free than before the preflight" in p for p in problems)
+    lost = ((before[1].free_bytes or 0) - (after[1].free_bytes or 0)) / 2**20
+    assert lost > 40 * 1024
+    expected = f"GPU 1: {lost:.0f} MiB less free than before the preflight (new holder pid(s) [48211])"
+    assert problems == [expected]
     holders = {pid for g in after for pid in g.pids}
     held = baseline_problems(before, after, sorted(holders), [], 2 * 2**20)
     assert any("still hold memory" in p for p in held)
@@ -518,3 +522,24 @@ def test_compose_and_dockerfile_make_serve_the_entrypoint(fake: Fake) -> None:
     assert got["pid"] == pid and got["env"]["HF_TOKEN"] == HF
     assert got["argv"] == expected_argv(exe, "turnkey", [FITS], env, [])
     assert_no_secret(out, err)
+
+
+def test_without_a_gpu_dry_run_states_the_skip_and_a_launch_exits_8(fake: Fake) -> None:
+    pytest.importorskip("glmlaunch.hardware")
+    from glmlaunch.errors import NoGpuError
+    from glmlaunch.hardware import probe
+
+    try:
+        probe()
+    except NoGpuError:
+        pass
+    else:
+        pytest.skip("this machine has an NVIDIA driver")
+    _, record, env = fake
+    rc, _, out, err = start("serve", "-p", "gate", "--set", FITS, "--dry-run", env=env)
+    assert rc == 0, err
+    assert "check skipped: no GPU to check here" in err and "a real launch stops with exit 8" in err
+    assert "from the profile's hardware.memory_per_gpu" in err
+    assert out.strip().splitlines()[-1].split()[1] == "serve"
+    rc, _, _, err = start("serve", "-p", "gate", "--set", FITS, "--skip-preflight", env=env)
+    assert rc == 8 and not record.exists()
