@@ -15,8 +15,7 @@ request must fit the KV budget at the configured KV dtype with DCP sharding; the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.ledger import kv_cache
@@ -28,8 +27,9 @@ MIB = 1024 * 1024
 Verdict = Literal["ok", "below-margin", "oom-risk", "refused"]
 
 
-@dataclass(frozen=True, slots=True)
-class Budget:
+class Budget(NamedTuple):
+    """Immutable; a NamedTuple because a calibration search builds thousands of them."""
+
     total: int  # T
     used_by_others: int  # U_oth
     u_pre: int
@@ -72,6 +72,9 @@ class Budget:
         }
 
 
+_MEMO: dict[tuple[object, ...], tuple[Ledger, Budget]] = {}
+
+
 def compute_budget(
     config: DeploymentConfig,
     ledger: Ledger,
@@ -81,6 +84,36 @@ def compute_budget(
     calibration: object | None = None,
 ) -> Budget:
     total = config.hardware.memory_per_gpu if total_bytes is None else total_bytes
+    m, s = config.memory, config.scheduler
+    # A calibration search asks for the same (ledger, totals) many times; the ledger object is memoized,
+    # so its identity (kept alive by the memo) stands for its contents.
+    key = (
+        id(ledger),
+        total,
+        used_by_others,
+        _calibrated_per_token(calibration),
+        m.gpu_memory_utilization,
+        m.kv_cache_memory_bytes,
+        m.min_margin,
+        m.kv_cache_dtype,
+        config.parallel.dcp,
+        s.max_model_len,
+        config.mtp,
+        config.model.geometry,
+    )
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is ledger:
+        return hit[1]
+    budget = _compute(config, ledger, total, used_by_others, calibration)
+    if len(_MEMO) >= 20_000:
+        _MEMO.clear()
+    _MEMO[key] = (ledger, budget)
+    return budget
+
+
+def _compute(
+    config: DeploymentConfig, ledger: Ledger, total: int, used_by_others: int, calibration: object | None
+) -> Budget:
     t: Terms = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
     f0 = total - used_by_others - t.u_pre
     gate = gate_bytes(config.memory.gpu_memory_utilization, total)

@@ -161,6 +161,7 @@ def clear_caches() -> None:
     _DRAFTS.clear()
     _BUILT.clear()
     _KV.clear()
+    _LEDGERS.clear()
 
 
 def _drafts(fn: Callable[[Context], list[Draft]], key: tuple[object, ...], ctx: Context) -> tuple[Draft, ...]:
@@ -183,6 +184,7 @@ def _pack(drafts: tuple[Draft, ...], expandable: bool) -> tuple[Entry, ...]:
 
 _BUILT: dict[tuple[object, ...], tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[str, ...]]] = {}
 _KV: dict[tuple[object, ...], tuple[tuple[Entry, ...], Entry]] = {}
+_LEDGERS: dict[tuple[object, ...], tuple[Entry, Ledger]] = {}
 
 
 def _assemble(
@@ -249,13 +251,18 @@ def build_ledger(
             _BUILT.clear()
         built = _BUILT[full_key] = _assemble(ctx, keys, expandable)
     sized, latent, notes = built
-    entries = (*sized, _kv_cached(config, ctx, sized))
-    gpus = config.gpu_list
+    kv = _kv_cached(config, ctx, sized)
+    gpus = tuple(config.gpu_list)
+    ledger_key = (full_key, id(kv), gpus, config.parallel.tp, source)
+    hit = _LEDGERS.get(ledger_key)
+    if hit is not None and hit[0] is kv:
+        return hit[1]
+    entries = (*sized, kv)
     ranks = tuple(
         RankLedger(rank=i, gpu=gpus[i] if i < len(gpus) else i, entries=entries)
         for i in range(config.parallel.tp)
     )
-    return Ledger(
+    ledger = Ledger(
         stack=config.stack,
         library="b12x" if lib is not None else "builtin",
         constants_source=source,
@@ -264,3 +271,7 @@ def build_ledger(
         notes=notes,
         base_terms=cached_terms(sized),
     )
+    if len(_LEDGERS) >= _MEMO_LIMIT:
+        _LEDGERS.clear()
+    _LEDGERS[ledger_key] = (kv, ledger)
+    return ledger

@@ -91,7 +91,7 @@ def key(ctx: Context) -> tuple[object, ...]:
     c = cfg.comm
     g = cfg.model.geometry
     return (
-        ctx.k,
+        ctx.kid,
         ctx.lib,
         cfg.parallel.tp,
         cfg.parallel.dcp,

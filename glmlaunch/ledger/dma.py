@@ -127,7 +127,7 @@ def key(ctx: Context) -> tuple[object, ...]:
     cfg = ctx.config
     c = cfg.comm
     return (
-        ctx.k,
+        ctx.kid,
         ctx.lib,
         cfg.parallel.tp,
         c.pcie_allreduce,

@@ -275,7 +275,7 @@ def key(ctx: Context) -> tuple[object, ...]:
     cfg = ctx.config
     s, i, g = cfg.scheduler, cfg.indexer, cfg.model.geometry
     return (
-        ctx.k,
+        ctx.kid,
         ctx.lib,
         i.sparse_indexer,
         i.supertile_k,

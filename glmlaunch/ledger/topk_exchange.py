@@ -76,7 +76,7 @@ def key(ctx: Context) -> tuple[object, ...]:
     cfg = ctx.config
     p = cfg.dcp_policy
     return (
-        ctx.k,
+        ctx.kid,
         ctx.lib,
         cfg.parallel.dcp,
         p.query_split,
