@@ -17,7 +17,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -105,7 +105,6 @@ class ServePlan:
     warnings: tuple[str, ...] = ()
     checks: CheckReport | None = None
     dry_run: bool = False
-    sources: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
