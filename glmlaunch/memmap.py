@@ -28,18 +28,20 @@ class Segment:
     nbytes: int
     color: str  # SVG fill
     style: str  # rich style
+    letter: str
 
 
-_SEGMENTS: tuple[tuple[str, str, str, str], ...] = (
-    ("others", "other processes", "#9e9e9e", "grey50"),
-    ("runtime", "runtime (context, NCCL)", "#8d6e63", "color(137)"),
-    ("weights", "weights", "#3f51b5", "blue"),
-    ("pools", "comm pools", "#ff9800", "dark_orange"),
-    ("workspace", "indexer workspace", "#9c27b0", "magenta"),
-    ("activations", "activations + graphs", "#009688", "cyan"),
-    ("kv", "KV cache", "#4caf50", "green"),
-    ("unbudgeted", "unbudgeted (X)", "#f44336", "red"),
-    ("margin", "margin", "#e0e0e0", "white"),
+# key, label, SVG fill, terminal background, terminal letter (readable without colour too)
+_SEGMENTS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("others", "other processes", "#9e9e9e", "grey50", "o"),
+    ("runtime", "runtime (context, NCCL)", "#8d6e63", "color(137)", "r"),
+    ("weights", "weights", "#3f51b5", "blue", "W"),
+    ("pools", "comm pools", "#ff9800", "dark_orange", "p"),
+    ("workspace", "indexer workspace", "#9c27b0", "magenta", "i"),
+    ("activations", "activations + graphs", "#009688", "cyan", "a"),
+    ("kv", "KV cache", "#4caf50", "green", "K"),
+    ("unbudgeted", "unbudgeted (X)", "#f44336", "red", "X"),
+    ("margin", "margin", "#e0e0e0", "white", "."),
 )
 
 
@@ -68,7 +70,10 @@ def segments(rank: RankLedger, budget: Budget) -> tuple[Segment, ...]:
         sums["kv"] = budget.kv  # the budget may have been computed for another T than the ledger's KV entry
     used = sum(v for k, v in sums.items() if k != "margin")
     sums["margin"] = budget.total - used
-    return tuple(Segment(key, label, sums[key], color, style) for key, label, color, style in _SEGMENTS)
+    return tuple(
+        Segment(key, label, sums[key], color, f"black on {style}", letter)
+        for key, label, color, style, letter in _SEGMENTS
+    )
 
 
 def _bar(segs: tuple[Segment, ...], width: int) -> Text:
@@ -86,7 +91,7 @@ def _bar(segs: tuple[Segment, ...], width: int) -> Text:
         big = max(range(len(cells)), key=lambda i: cells[i][1])
         cells[big] = (cells[big][0], max(0, cells[big][1] + width - used))
     for s, n in cells:
-        text.append("█" * n, style=s.style)
+        text.append(s.letter * n, style=s.style)
     return text
 
 
@@ -103,7 +108,7 @@ def render_terminal(rank: RankLedger, budget: Budget, *, width: int = 72, title:
         if s.nbytes == 0 and s.key not in ("margin",):
             continue
         legend.add_row(
-            Text("██", style=s.style),
+            Text(f" {s.letter} ", style=s.style),
             s.label,
             format_size(s.nbytes),
             f"{100 * s.nbytes / budget.total:5.2f}%",
