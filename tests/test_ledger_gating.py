@@ -121,3 +121,15 @@ def test_no_nccl_or_pools_at_tp1() -> None:
     n = names("r12-exl3", "parallel.tp=1", "parallel.dcp=1")
     assert "runtime.nccl" not in n
     assert not {x for x in n if x.startswith(("oneshot.", "dma.", "dcp_a2a."))}
+
+
+def test_unsupported_world_sizes_drop_the_pool_and_say_so() -> None:
+    # resolve_config rejects these sizes; a config built around validation must still be planned honestly
+    base = resolve_config("r12-exl3").config
+    config = base.model_copy(
+        update={"parallel": base.parallel.model_copy(update={"tp": 3, "dcp": 3, "gpus": [0, 1, 2]})}
+    )
+    led = build_ledger(config)
+    assert not [n for n in led.names() if n.startswith(("oneshot.", "dcp_a2a."))]
+    assert any("one-shot world size" in n for n in led.notes)
+    assert any("DCP A2A world size" in n for n in led.notes)

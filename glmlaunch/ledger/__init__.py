@@ -207,6 +207,18 @@ def _assemble(
             f"dcp_policy.query_split / topk_owner_merge are left to the library's automatic choice: "
             f"if it turns either on, a {fmt_int(size)} B top-k exchange slab is added (set them explicitly)"
         )
+    w, d = config.parallel.tp, config.parallel.dcp
+    if config.comm.pcie_allreduce and w > 1 and w not in k.oneshot_world_sizes:
+        notes.append(f"no one-shot pool: TP {w} is not a one-shot world size {k.oneshot_world_sizes}")
+    if (
+        config.comm.pcie_allreduce
+        and w > 1
+        and not dma.built(config, k)
+        and config.comm.dma_min_bytes is not None
+    ):
+        notes.append(f"no DMA all-reduce: TP {w} is not a DMA world size {k.dma_world_sizes}")
+    if d > 1 and config.comm.dcp_a2a and d not in k.dcp_a2a_world_sizes:
+        notes.append(f"no DCP A2A pool: DCP {d} is not a DCP A2A world size {k.dcp_a2a_world_sizes}")
     return sized, latent, tuple(notes)
 
 
