@@ -269,3 +269,14 @@ def test_sparkinfer_stack_keeps_its_own_signal_constants_under_the_bridge() -> N
     bridge = b12x_bridge.load(SPARKINFER_R12)
     assert bridge.constants.dcp_a2a_signal_bytes == 133_120
     assert bridge.constants.indexer_fused_merge_state_bytes_per_row == 3088
+
+
+def test_indexer_grid_covers_every_route_and_chunking() -> None:
+    plans = [
+        indexer.plan_layout(
+            K, rows=r, width_pages=w, topk=t, heads=h, mode=m, shared_page_table=s, supertile_k=st, num_sms=1
+        )
+        for r, w, h, t, m, s, st in INDEXER_GRID
+    ]
+    assert {p.route for p in plans} == {"packed_contiguous", "paged_fused", "paged_tiled"}
+    assert {p.max_chunks > 1 for p in plans} == {True, False}
