@@ -28,6 +28,7 @@ from glmlaunch.errors import (
     ConfigError,
     ConfigErrors,
     ExitCode,
+    GlmlaunchError,
     MarginError,
     NoGpuError,
     PreflightError,
@@ -105,12 +106,17 @@ class ServePlan:
     warnings: tuple[str, ...] = ()
     checks: CheckReport | None = None
     dry_run: bool = False
+    #: the error a real launch would stop with (dry runs only: they print the command regardless)
+    failure: GlmlaunchError | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "profile": self.profile,
             "dry_run": self.dry_run,
             "started": False,
+            "would_start": self.failure is None,
+            "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
+            "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
             "argv": mask_argv(self.spec.argv),
             "command": self.spec.command_line(),
             "extra_args": mask_argv(self.extra_args),
@@ -173,7 +179,7 @@ def check_stage(
     environ: Mapping[str, str],
     strict: bool,
     dry_run: bool,
-) -> tuple[StageRecord, CheckReport | None, _BudgetMemo]:
+) -> tuple[StageRecord, CheckReport | None, _BudgetMemo, GlmlaunchError | None]:
     """Hardware checks and the memory verdict on the GPUs vLLM will see (the launch environment's view)."""
     from glmlaunch.hardware import get_inventory
 
@@ -187,7 +193,7 @@ def check_stage(
             "check", "skipped", f"no GPU to check here ({exc.one_line()}); a real launch stops with exit 8"
         )
         warn(record.line())
-        return record, None, memo
+        return record, None, memo, None
     report = run_checks(config, inv, purpose="serve", profile=profile, budget_fn=memo)
     counts = report.counts()
     for r in report.results:
@@ -200,11 +206,14 @@ def check_stage(
     status: StageStatus = "failed" if counts["FAIL"] else ("warn" if counts["WARN"] else "ok")
     record = StageRecord("check", status, summary)
     note(record.line())
-    report.raise_for_status(strict=strict)
-    return record, report, memo
+    try:
+        report.raise_for_status(strict=strict)
+    except GlmlaunchError as exc:
+        return record, report, memo, exc
+    return record, report, memo, None
 
 
-def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> StageRecord:
+def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> tuple[StageRecord, MarginError | None]:
     """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
     budget, basis = memo.budget, "the GPUs' real memory"
     if budget is None:
@@ -216,13 +225,14 @@ def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> StageRecord:
         f"from {basis}"
     )
     if budget.verdict != "ok":
-        raise MarginError(
+        error = MarginError(
             f"plan: {budget.verdict}: {text}: " + "; ".join(budget.reasons),
             hint="`glmlaunch plan` shows every entry; lower memory.gpu_memory_utilization or the pools",
         )
+        return StageRecord("plan", "failed", f"{budget.verdict}: {text}"), error
     record = StageRecord("plan", "ok", text)
     note(record.line())
-    return record
+    return record, None
 
 
 def preflight_stage(config: DeploymentConfig, backend: str) -> PreflightRun:
@@ -376,7 +386,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
     for line in shadowed:
         warn(line)
 
-    check, report, memo = check_stage(
+    check, report, memo, check_failure = check_stage(
         config,
         resolved.profile_name,
         inventory_file=options.inventory,
@@ -385,7 +395,15 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         dry_run=options.dry_run,
     )
     stages.append(check)
-    stages.append(plan_stage(config, memo))
+    # A dry run goes on past a failed check or plan so the command is still shown; the failure is
+    # printed with it and decides the exit code. A real launch stops here.
+    if check_failure is not None and not options.dry_run:
+        raise check_failure
+    plan_record, plan_failure = plan_stage(config, memo)
+    stages.append(plan_record)
+    failure = check_failure or plan_failure
+    if failure is not None and not options.dry_run:
+        raise failure
 
     skip = _skip_reason(options, tool)
     if skip is not None:
@@ -412,6 +430,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         warnings=tuple(warnings),
         checks=report,
         dry_run=options.dry_run,
+        failure=failure,
     )
 
 
@@ -442,17 +461,22 @@ def dry_run_text(plan: ServePlan) -> str:
         lines.append(f"# {stage.line()}")
     lines.append("# environment changes (the rest of the caller's environment is passed unchanged)")
     lines.extend(_env_line(c) for c in plan.spec.env_changes)
+    if plan.failure is not None:
+        code = int(plan.failure.exit_code)
+        lines.append(f"# a launch would stop here, exit {code}: {plan.failure.one_line()}")
     lines.append("# command")
     lines.append(plan.spec.command_line())
     return "\n".join(lines)
 
 
 def render(plan: ServePlan, *, as_json: bool) -> None:
-    """Print a dry run (a real launch never returns here)."""
+    """Print a dry run (a real launch never returns here); then raise what a launch would stop with."""
     if as_json:
         out_json(plan.to_json())
     else:
         out_text(dry_run_text(plan))
+    if plan.failure is not None:
+        raise plan.failure
 
 
 def validate_json_flag(*, as_json: bool, dry_run: bool) -> None:

@@ -229,7 +229,7 @@ def test_container_entrypoint_from_environment_only(fake: Fake) -> None:
     assert rc == 0, err
     got = json.loads(record.read_text())
     assert got["pid"] == pid
-    argv = got["argv"]
+    argv: list[str] = got["argv"]
     assert argv == expected_argv(exe, None, [], env, [])
 
     def value(flag: str) -> str:
@@ -249,6 +249,23 @@ def test_budget_refusal_stops_before_exec(fake: Fake) -> None:
         "--inventory", str(INVENTORY), "--skip-preflight", env=env,
     )
     assert rc == 4 and "memory_verdict" in err
+    assert not record.exists()
+
+
+def test_dry_run_of_a_refused_launch_still_shows_the_command(fake: Fake) -> None:
+    _, record, env = fake
+    base = ["serve", "-p", "gate", "--set", "memory.gpu_memory_utilization=0.5"]
+    base += ["--inventory", str(INVENTORY)]
+    rc, _, out, err = start(*base, "--dry-run", "--json", env=env)
+    assert rc == 4, err
+    doc = json.loads(out)
+    assert doc["would_start"] is False and doc["exit_code"] == 4 and "memory_verdict" in doc["error"]
+    assert {s["stage"]: s["status"] for s in doc["stages"]}["check"] == "failed"
+    assert doc["argv"][1:3] == ["serve", "brandonmusic/GLM-5.2-EXL3-TR3-3.0bpw"]
+    rc, _, text, err = start(*base, "--dry-run", env=env)
+    assert rc == 4 and "# a launch would stop here, exit 4" in text
+    assert shlex.split(text.strip().splitlines()[-1]) == doc["argv"]
+    assert err.strip().splitlines()[-1].startswith("error: memory_verdict")
     assert not record.exists()
 
 
@@ -370,7 +387,7 @@ def test_wrapper_maps_the_old_variables(fake: Fake) -> None:
     assert rc == 0, err
     got = json.loads(record.read_text())
     assert got["pid"] == pid, "bash execs glmlaunch, which execs vllm: one process throughout"
-    argv = got["argv"]
+    argv: list[str] = got["argv"]
 
     def value(flag: str) -> str:
         return argv[argv.index(flag) + 1]
