@@ -87,6 +87,8 @@ class Failure:
     traceback: str | None = None
 
     def line(self) -> str:
+        if self.kind == "interrupted":
+            return f"{self.message} while the ranks were in {self.phase}"
         return f"rank {self.rank}, phase {self.phase}: {self.message}"
 
 

@@ -1,0 +1,99 @@
+"""The report on runs recorded on 2x and 1x NVIDIA H200 (bench/preflight/*.json): aggregation and verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from glmlaunch.errors import ExitCode
+from glmlaunch.ledger import build_ledger
+from glmlaunch.preflight.api import BackendDecision, PreflightRun
+from glmlaunch.preflight.launcher import Failure, LaunchOutcome
+from glmlaunch.preflight.report import build_report, render_text
+from glmlaunch.preflight.types import RankResult
+from glmlaunch.resolve import resolve_config
+from glmlaunch.units import MIB
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "preflight"
+
+
+def _recorded(name: str, profile: str, tp: int, *, root: Failure | None = None) -> PreflightRun:
+    doc = json.loads((BENCH / name).read_text())
+    config = resolve_config(profile, [f"parallel.tp={tp}", f"parallel.dcp={tp}"], environ={}).config
+    outcome = LaunchOutcome(
+        results=tuple(RankResult.from_dict(r) for r in doc["results"]),
+        failures=(root,) if root else (),
+        root_cause=root,
+        interrupted=None,
+        survivors=(),
+        phase_wall=doc["phases"],
+        wall_s=doc["wall_s"],
+        log_tails=(),
+        workdir="",
+    )
+    return PreflightRun(
+        config=config,
+        ledger=build_ledger(config),
+        backend=BackendDecision(doc["backend"], doc["backend_reason"]),
+        device_mode="cuda",
+        outcome=outcome,
+        before=(),
+        after=(),
+        driver=doc["machine"]["driver"],
+        leaks=(),
+    )
+
+
+def test_sparkinfer_steps_are_compared_as_the_library_made_them() -> None:
+    report = build_report(_recorded("h200x2-gate-sparkinfer-warm.json", "gate", 2))
+    rows = {c.label: c for c in report.comparisons}
+    # Measured on the real r12 pools (sparkinfer de04125, 2x H200): the facts memory-model.md §1 lists.
+    assert rows["oneshot.eager_channel"].measured_device == (22 * MIB, 22 * MIB)
+    assert rows["dma.slab"].measured_device == (38 * MIB, 38 * MIB)
+    assert rows["dcp_a2a.eager_channel"].measured_device == (10 * MIB, 10 * MIB)
+    capture = next(c for c in report.comparisons if c.label.startswith("capture.target"))
+    assert capture.label == "capture.target + capture.drafter-prefill + capture.drafter-decode"
+    assert capture.measured_device == (96 * MIB, 96 * MIB)  # three passes of 32 MiB each
+    for c in report.comparisons:
+        worst = max(abs(m - c.predicted_device) for m in c.measured_device if m is not None)
+        assert c.within is (worst <= c.tolerance)
+    measured_only = {m["step"]: m for m in report.measured_only}
+    assert measured_only["capture.profiling.rollback"]["device_bytes"] == [-10 * MIB, -10 * MIB]
+    expected = ExitCode.PREFLIGHT if any(c.within is False for c in report.comparisons) else None
+    if expected is not None:
+        assert report.exit_code == expected
+        assert "NO" in render_text(report)
+
+
+@pytest.mark.parametrize(
+    ("name", "profile", "tp"),
+    [
+        ("h200x2-gate-replay.json", "gate", 2),
+        ("h200x2-turnkey-replay.json", "turnkey", 2),
+        ("h200x1-turnkey-replay.json", "turnkey", 1),
+    ],
+)
+def test_replay_rank_totals_add_up(name: str, profile: str, tp: int) -> None:
+    report = build_report(_recorded(name, profile, tp))
+    for rank in report.ranks:
+        assert rank.measured_steps_bytes == sum(
+            m for c in report.comparisons for m in c.measured_device[rank.rank : rank.rank + 1] if m is not None
+        )
+        assert rank.context_bytes is not None and 400 * MIB < rank.context_bytes < 800 * MIB
+        assert rank.residue_after_close is not None and abs(rank.residue_after_close) <= 2 * MIB
+    assert report.margin["f0_bytes"] + report.margin["u_pre_plus_others"] == report.margin["total_bytes"]
+
+
+def test_world_size_one_says_the_library_builds_nothing() -> None:
+    report = build_report(_recorded("h200x1-gate-sparkinfer.json", "gate", 1))
+    assert any(n.startswith("world size 1: sparkinfer builds no pools") for n in report.notes)
+    assert {c.label for c in report.comparisons} == {"workspace.lane0", "workspace.lane1"}
+
+
+def test_a_failure_is_the_verdict_whatever_was_measured() -> None:
+    root = Failure(1, "allocations", "signal", "Signal 9 (SIGKILL) killed the worker", 0.0)
+    report = build_report(_recorded("h200x2-gate-replay.json", "gate", 2, root=root))
+    assert report.exit_code == ExitCode.PREFLIGHT
+    assert report.root_cause == "rank 1, phase allocations: Signal 9 (SIGKILL) killed the worker"
