@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from glmlaunch.config import DeploymentConfig
-from glmlaunch.errors import ConfigError, HardwareError
+from glmlaunch.errors import ConfigError, HardwareError, NoGpuError
 from glmlaunch.ledger.model import Ledger
 from glmlaunch.preflight.launcher import LaunchOutcome, LaunchRequest, launch
 from glmlaunch.preflight.types import (
@@ -168,7 +168,11 @@ def run_preflight(
     before: tuple[GpuSnapshot, ...] = ()
     driver = capability = None
     if device == "cuda":
-        before, driver, capability = _snapshot(child_environ)
+        try:
+            before, driver, capability = _snapshot(child_environ)
+        except NoGpuError as exc:
+            raise NoGpuError(exc.message, hint="the preflight needs the deployment's GPUs; "
+                             "`--device cpu` runs the same sequence on CPU as a dry run") from None
         if len(before) < world:
             raise HardwareError(
                 f"parallel.tp is {world} but {len(before)} GPU(s) are visible",

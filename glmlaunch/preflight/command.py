@@ -19,13 +19,17 @@ def preflight(
     profile: str | None,
     overrides: Sequence[str],
     *,
-    backend: str = "auto",
+    backend: str | None = None,
     device: str = "cuda",
     timeouts: Sequence[str] = (),
     inject_fault: str | None = None,
 ) -> PreflightReport:
     from glmlaunch.commands import resolve
+    from glmlaunch.settings import ToolSettings
 
+    if backend is None:
+        # --backend wins; GLMLAUNCH_BACKEND is the default for scripts and containers.
+        backend = ToolSettings.from_environ().backend or "auto"
     if backend not in BACKENDS:
         raise ConfigError("unknown backend", key="--backend", value=backend, allowed=BACKENDS)
     if device not in DEVICES:
