@@ -73,6 +73,9 @@ def test_b12x_call_sequence_on_its_real_pool_classes(profile: str, channels: int
     run = run_preflight(_config(profile, "stack=b12x"), backend="b12x", device="cpu")
     report = build_report(run)
     assert report.exit_code == 0, report.root_cause
+    # The arenas the workers allocate are sized by b12x's own planner, through the ledger's bridge.
+    assert run.ledger.library == "b12x"
+    assert run.ledger.rank0.get("indexer.prefill.lane0").origin == "library"  # type: ignore[union-attr]
     for res in run.outcome.results:
         assert res is not None and res.status == "ok"
         assert f"oneshot pool holds {channels} channel(s) after the capture passes" in res.notes

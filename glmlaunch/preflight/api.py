@@ -157,11 +157,6 @@ def run_preflight(
     progress: Callable[[str], None] | None = None,
     build_ledger: Callable[[DeploymentConfig], Ledger] | None = None,
 ) -> PreflightRun:
-    if build_ledger is None:
-        from glmlaunch.ledger import build_ledger as build_ledger_default
-
-        build_ledger = build_ledger_default
-    ledger = build_ledger(config)
     world = config.parallel.tp
     env = managed_env(config)
     child_environ = {**os.environ, **env}
@@ -182,6 +177,19 @@ def run_preflight(
                 f"--set parallel.dcp={min(config.parallel.dcp, len(before))}",
             )
     decision = choose_backend(backend, config, device, capability)
+    notes: list[str] = []
+    if build_ledger is not None:
+        ledger = build_ledger(config)
+    else:
+        from glmlaunch.ledger import build_ledger as ledger_for
+
+        # The b12x backend sizes the indexer arenas with b12x's own planner (plan_indexer_scratch, run on
+        # the CPU in this process), through the ledger's bridge to the installed library.
+        library = "b12x" if decision.name == "b12x" else "builtin"
+        ledger = ledger_for(config, library=library)
+        if library == "b12x":
+            notes.append("predictions, and the indexer arenas the workers allocate, come from the installed "
+                         "b12x (constants, layouts, plan_indexer_scratch)")
     request = LaunchRequest(
         world_size=world,
         device_mode=device,
@@ -213,6 +221,7 @@ def run_preflight(
         after=after,
         driver=driver,
         leaks=tuple(leaks),
+        notes=tuple(notes),
     )
 
 

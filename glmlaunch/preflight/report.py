@@ -246,7 +246,7 @@ def build_report(run: PreflightRun) -> PreflightReport:
     comparisons, measured_only = compare(run)
     ranks = [_rank_summary(r, comparisons, i) for i, r in enumerate(results)]
     margin = _margin(run, ranks)
-    notes = sorted({n for r in results for n in r.notes})
+    notes = [*run.notes, *sorted({n for r in results for n in r.notes})]
     root = outcome.root_cause
     device = results[0].device if results else {}
     machine = {
