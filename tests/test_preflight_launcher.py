@@ -104,15 +104,13 @@ def test_timeouts_parse() -> None:
     assert limits["allocations"] == 30 and limits["build"] == 600 and limits["spawn"] == 30
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_parent_tears_down_every_worker(
-    sig: signal.Signals, clean_env: dict[str, str]
-) -> None:
+def _start_hanging_preflight(env: dict[str, str]) -> tuple[subprocess.Popen[str], list[int]]:
+    """A real `glmlaunch preflight` whose rank 1 hangs in allocations; returns it and its worker pids."""
     args = [
         *glmlaunch_exe(), "preflight", "-p", "gate", "--set", SCALE[0], "--set", SCALE[1],
         "--device", "cpu", "--inject-fault", "1:allocations:hang", "--timeout", "120", "--json",
     ]
-    proc = subprocess.Popen(args, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     workdir: Path | None = None
     deadline = time.monotonic() + 60
@@ -129,6 +127,14 @@ def test_a_signal_to_the_parent_tears_down_every_worker(
     time.sleep(0.3)
     pids = [json.loads((workdir / f"rank{r}.json").read_text())["pid"] for r in (0, 1)]
     assert all(_alive(p) for p in pids)
+    return proc, pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_tears_down_every_worker(
+    sig: signal.Signals, clean_env: dict[str, str]
+) -> None:
+    proc, pids = _start_hanging_preflight(clean_env)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == ExitCode.INTERRUPTED, err
@@ -136,4 +142,11 @@ def test_a_signal_to_the_parent_tears_down_every_worker(
     doc = json.loads(out)
     assert doc["verdict"] == "interrupted"
     assert f"Signal {int(sig)} ({sig.name}) to the parent" in doc["root_cause"]
+    _assert_all_gone(pids)
+
+
+def test_workers_die_with_a_parent_killed_outright(clean_env: dict[str, str]) -> None:
+    proc, pids = _start_hanging_preflight(clean_env)
+    proc.kill()
+    proc.communicate(timeout=30)
     _assert_all_gone(pids)

@@ -145,8 +145,16 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _spawn(request: LaunchRequest, workdir: Path) -> list[_Rank]:
-    ranks: list[_Rank] = []
+def _ignore_signals() -> None:
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+
+
+def _spawn(request: LaunchRequest, workdir: Path, ranks: list[_Rank]) -> None:
+    """Start the ranks, appending each as soon as it exists (so an interrupt mid-way still tears it down)."""
     env = dict(os.environ)
     # The worker must import this very package, wherever the parent found it.
     pkg_root = str(Path(__file__).resolve().parents[2])
@@ -167,6 +175,7 @@ def _spawn(request: LaunchRequest, workdir: Path) -> list[_Rank]:
             env=request.env,
             free_before_bytes=request.free_before[rank] if rank < len(request.free_before) else None,
             fault=request.fault,
+            parent_pid=os.getpid(),
         )
         spec_path = workdir / f"rank{rank}.spec.json"
         spec_path.write_text(spec.to_json())
@@ -181,7 +190,6 @@ def _spawn(request: LaunchRequest, workdir: Path) -> list[_Rank]:
                 start_new_session=True,
             )
         ranks.append(_Rank(rank, proc, Path(spec.result_path), log_path, time.monotonic(), time.time()))
-    return ranks
 
 
 def _group_alive(pgid: int) -> bool:
@@ -315,7 +323,7 @@ def launch(request: LaunchRequest, progress: Progress | None = None) -> LaunchOu
     survivors: tuple[int, ...] = ()
     with _signals_raise():
         try:
-            ranks = _spawn(request, workdir)
+            _spawn(request, workdir, ranks)
             say(f"started {len(ranks)} worker(s): {request.backend} backend, {request.device_mode} mode; "
                 f"results and logs in {workdir}")
             first_failure_at: float | None = None
@@ -359,6 +367,7 @@ def launch(request: LaunchRequest, progress: Progress | None = None) -> LaunchOu
             interrupted = signal.SIGINT
             say("interrupted: tearing down every worker")
         finally:
+            _ignore_signals()  # a second Ctrl-C must not cut the teardown short
             survivors = teardown(ranks)
     for r in ranks:
         r.result = read_rank_result(r.result_path) or r.result

@@ -96,6 +96,7 @@ class WorkerSpec:
     env: dict[str, str]
     free_before_bytes: int | None = None
     fault: FaultSpec | None = None
+    parent_pid: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -70,6 +70,19 @@ class Worker:
         self.write()
 
 
+def _die_with_parent(parent_pid: int | None) -> None:
+    """If the parent is killed outright (SIGKILL), its ranks must not live on holding GPU memory."""
+    if parent_pid is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def run_worker(spec: WorkerSpec) -> int:
     # Library and allocator settings must be in the environment before torch initialises CUDA.
     os.environ.update(spec.env)
@@ -117,6 +130,7 @@ def run_worker(spec: WorkerSpec) -> int:
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec.from_json(Path(args[0]).read_text())
+    _die_with_parent(spec.parent_pid)
     code = run_worker(spec)
     sys.stdout.flush()
     sys.stderr.flush()
