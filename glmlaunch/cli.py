@@ -115,6 +115,233 @@ def profiles_schema_cmd(
     commands.profile_schema(output)
 
 
+@app.command("preflight")
+def preflight_cmd(
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="auto (the profile's library when it can run here), sparkinfer, b12x or replay "
+            "(default: $GLMLAUNCH_BACKEND or auto)",
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="cuda (default) or cpu (gloo, no GPU: a dry run)")
+    ] = "cuda",
+    timeout: Annotated[
+        list[str] | None,
+        typer.Option("--timeout", help="per-phase limit: SECONDS (all but build) or PHASE=SECONDS"),
+    ] = None,
+    inject_fault: Annotated[str | None, typer.Option("--inject-fault", hidden=True)] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Build the deployment's pools and plans on the real GPUs, measure them, check the margin."""
+    from glmlaunch.preflight import command as preflight_command
+    from glmlaunch.preflight.report import render as render_preflight
+
+    report = preflight_command.preflight(
+        profile, set_ or [], backend=backend, device=device, timeouts=timeout or [], inject_fault=inject_fault
+    )
+    render_preflight(report, as_json=json_)
+
+
+# --- calibrate (learn from real vLLM boots; search the knobs) ------------------------------------
+calibrate_app = typer.Typer(
+    help="Learn W, P, N, G_e and T-F0 from real vLLM boot logs; search the knobs with them.",
+    no_args_is_help=True,
+)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.command("ingest")
+def calibrate_ingest_cmd(
+    logs: Annotated[list[Path], typer.Argument(help="vLLM boot logs (all ranks' output, as written)")],
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    inventory: InventoryOpt = None,
+    probe: Annotated[bool, typer.Option("--probe", help="probe NVML for the GPU identity")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="parse and report; store nothing")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Parse boot logs per rank, store a calibration record per boot, print terms and residuals."""
+    from glmlaunch.calibrate import commands as calibrate_commands
+
+    calibrate_commands.run_ingest(
+        logs, profile, set_ or [], inventory_file=inventory, probe=probe, dry_run=dry_run, as_json=json_
+    )
+
+
+@calibrate_app.command("list")
+def calibrate_list_cmd(json_: JsonOpt = False) -> None:
+    """List stored calibration records (corrupt or foreign files are skipped with a warning)."""
+    from glmlaunch.calibrate import commands as calibrate_commands
+
+    calibrate_commands.run_list(as_json=json_)
+
+
+@calibrate_app.command("show")
+def calibrate_show_cmd(
+    record: Annotated[
+        str | None, typer.Argument(help="record id or prefix (default: the record the profile matches)")
+    ] = None,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Show one record, or the record the profile would use and why the others do not match."""
+    from glmlaunch.calibrate import commands as calibrate_commands
+
+    calibrate_commands.run_show(record, profile, set_ or [], as_json=json_)
+
+
+@calibrate_app.command("search")
+def calibrate_search_cmd(
+    objective: Annotated[
+        str, typer.Option("--objective", help="max-batched-tokens, max-kv-bytes or max-gmu")
+    ] = "max-batched-tokens",
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    min_margin: Annotated[
+        str | None, typer.Option("--min-margin", help="margin each rank keeps (default memory.min_margin)")
+    ] = None,
+    step: Annotated[int | None, typer.Option("--step", help="batched-token grid step (default 256)")] = None,
+    upper: Annotated[str | None, typer.Option("--max", help="upper end of the searched range")] = None,
+    inventory: InventoryOpt = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="overlay profile (default ./NAME-OBJECTIVE.yaml)")
+    ] = None,
+    no_write: Annotated[bool, typer.Option("--no-write", help="search and print; write no overlay")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Find the largest knob value that keeps every rank's margin; write a calibrated overlay profile."""
+    from glmlaunch.calibrate import commands as calibrate_commands
+
+    calibrate_commands.run_search(
+        profile,
+        set_ or [],
+        objective=objective,
+        min_margin=min_margin,
+        step=step,
+        upper=upper,
+        inventory_file=inventory,
+        output=output,
+        write=not no_write,
+        as_json=json_,
+        command=" ".join(["glmlaunch", *sys.argv[1:]]),
+    )
+
+
+@app.command("serve")
+def serve_cmd(
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    vllm_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="extra `vllm serve` arguments, after --; flags glmlaunch manages are refused",
+            metavar="[-- VLLM_ARGS...]",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the exact argv and environment changes; start nothing")
+    ] = False,
+    json_: JsonOpt = False,
+    skip_preflight: Annotated[
+        bool, typer.Option("--skip-preflight", help="do not run the GPU preflight (stated on stderr)")
+    ] = False,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="preflight backend: auto, sparkinfer, b12x or replay")
+    ] = None,
+    vllm_bin: Annotated[
+        str | None, typer.Option("--vllm-bin", help="vllm executable (default: $GLMLAUNCH_VLLM_BIN, PATH)")
+    ] = None,
+    inventory: InventoryOpt = None,
+) -> None:
+    """Resolve, check, plan, preflight, then exec `vllm serve` (the container entrypoint)."""
+    from glmlaunch import serve as serve_mod
+
+    serve_mod.validate_json_flag(as_json=json_, dry_run=dry_run)
+    plan = serve_mod.serve(
+        serve_mod.ServeOptions(
+            profile=profile,
+            overrides=tuple(set_ or ()),
+            extra_args=tuple(vllm_args or ()),
+            dry_run=dry_run,
+            skip_preflight=skip_preflight,
+            backend=backend,
+            vllm_bin=vllm_bin,
+            inventory=inventory,
+        )
+    )
+    serve_mod.render(plan, as_json=json_)
+
+
+# --- plan / audit / diff (the allocation ledger and the memory budget) ---------------------------
+GpuMemoryOpt = Annotated[
+    str | None,
+    typer.Option("--gpu-memory", help="device memory per GPU, e.g. 96GiB (default: the profile's)"),
+]
+LibraryOpt = Annotated[
+    str,
+    typer.Option(
+        "--library",
+        help="where layouts come from: builtin (versioned table; default), b12x (import it, ~4 s), auto",
+    ),
+]
+
+
+@app.command("plan")
+def plan_cmd(
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    json_: JsonOpt = False,
+    explain: Annotated[
+        str | None, typer.Option("--explain", help="show one ledger entry's formula with its values")
+    ] = None,
+    svg: Annotated[
+        Path | None, typer.Option("--svg", help="also write the per-GPU memory map as SVG")
+    ] = None,
+    library: LibraryOpt = "builtin",
+) -> None:
+    """Every allocation per GPU rank, the KV budget and the margin verdict (exit 4 when it fails)."""
+    from glmlaunch.plan import make_plan
+    from glmlaunch.plan_render import render_plan
+
+    result = make_plan(profile, set_ or [], gpu_memory=gpu_memory, library=library)
+    render_plan(result, as_json=json_, explain=explain, svg=svg)
+
+
+@app.command("audit")
+def audit_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
+    """What is allocated but unread or mostly unused, with bytes recoverable per rank and the fix."""
+    from glmlaunch.audit import run_audit
+    from glmlaunch.plan_render import render_audit
+
+    result, found = run_audit(profile, set_ or [])
+    render_audit(result, found, as_json=json_)
+
+
+@app.command("diff")
+def diff_cmd(
+    a: Annotated[str, typer.Argument(help="left profile")],
+    b: Annotated[
+        str | None, typer.Argument(help="right profile (default: A again, with --set applied)")
+    ] = None,
+    set_: SetOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Two configurations side by side: settings, ledger and budget with deltas."""
+    from glmlaunch.diff import run_diff
+    from glmlaunch.plan_render import render_diff
+
+    render_diff(run_diff(a, b, set_ or [], gpu_memory=gpu_memory), as_json=json_)
+
+
 def _fail(exc: GlmlaunchError) -> NoReturn:
     lines = exc.all_lines() if hasattr(exc, "all_lines") else [exc.one_line()]
     err_console.print(f"error: {mask_secrets(lines[0])}", markup=False, highlight=False)
