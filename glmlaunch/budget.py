@@ -53,6 +53,11 @@ class Budget(NamedTuple):
     request_bytes: int  # one max_model_len request, per rank
     request_fits: bool
     recommended_kv_cache_memory_bytes: int
+    # The request check rests on W and KV bytes/token; when either is a default or an estimate the
+    # shortfall is a caution (vLLM would refuse after loading weights, if the estimate is right), not
+    # a verdict: the margin itself does not depend on W (KV absorbs it), so it stays a verdict.
+    request_fit_confirmed: bool = True
+    cautions: tuple[str, ...] = ()
 
     @property
     def terms(self) -> dict[str, int]:
@@ -131,6 +136,11 @@ def _compute(
     need = kv_cache.request_bytes(config, per_token)
     tokens = (kv // per_token) * config.parallel.dcp if per_token else 0
     fits = kv >= need
+    w_entry = next((e for e in ledger.rank0.entries if e.subsystem == "weights"), None)
+    w_known = config.model.weights_per_rank is not None or (
+        w_entry is not None and w_entry.origin == "calibrated"
+    )
+    confirmed = (pinned is not None or w_known) and origin in ("exact", "library", "calibrated")
 
     recommended = (f0 - budgeted_rest - t.x - config.memory.min_margin) // MIB * MIB
     reasons: list[str] = []
@@ -141,12 +151,23 @@ def _compute(
         )
     if pinned is None and gate - budgeted_rest <= 0:
         reasons.append("no memory is left for the KV cache (R <= W + P + N + G_e)")
+    cautions: list[str] = []
     if not fits:
-        reasons.append(
+        shortfall = (
             f"one {config.scheduler.max_model_len:,}-token request needs {need:,} B of KV per rank "
             f"({per_token:,} B/token, DCP {config.parallel.dcp}) but the budget is {kv:,} B"
-            + (" (B/token is an estimate: calibrate from a boot log)" if origin == "estimate" else "")
         )
+        if confirmed:
+            reasons.append(shortfall)
+        else:
+            unknown = [] if (pinned is not None or w_known) else [f"W {t.w:,} B is a default"]
+            if origin not in ("exact", "library", "calibrated"):
+                unknown.append(f"{per_token:,} B/token is an {origin}")
+            cautions.append(
+                f"unconfirmed: {shortfall}; vLLM would refuse it after loading the weights, but "
+                + " and ".join(unknown)
+                + ": calibrate from a boot log (glmlaunch calibrate ingest) or set model.weights_per_rank"
+            )
     verdict: Verdict
     if reasons:
         verdict = "refused"
@@ -186,6 +207,8 @@ def _compute(
         request_bytes=need,
         request_fits=fits,
         recommended_kv_cache_memory_bytes=max(0, recommended),
+        request_fit_confirmed=confirmed,
+        cautions=tuple(cautions),
     )
 
 

@@ -603,6 +603,7 @@ def check_memory_verdict(
         "request_fits": budget.request_fits,
         "recommended_kv_cache_memory_bytes": budget.recommended_kv_cache_memory_bytes,
         "reasons": list(budget.reasons),
+        "cautions": list(budget.cautions),
     }
     where = f"GPU {inputs.gpu} (T {_gib(inputs.total_bytes)}, others {_gib(inputs.used_by_others)})"
     if budget.verdict != "ok":
@@ -610,6 +611,15 @@ def check_memory_verdict(
             "memory_verdict",
             "FAIL",
             f"{budget.verdict} on {where}: " + "; ".join(budget.reasons),
+            details,
+            fail_code=ExitCode.MARGIN,
+        )
+    if budget.cautions:
+        return _r(
+            "memory_verdict",
+            "WARN",
+            f"margin {_gib(budget.margin)} >= min {_gib(budget.min_margin)} on {where}; "
+            + "; ".join(budget.cautions),
             details,
             fail_code=ExitCode.MARGIN,
         )

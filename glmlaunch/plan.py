@@ -163,6 +163,10 @@ class VerdictDoc(_Doc):
     status: str
     ok: bool
     reasons: list[str]
+    # Added in version 1 (compatible): findings that rest on defaults or estimates and so do not
+    # decide the status, e.g. a max_model_len request that may not fit the KV budget.
+    cautions: list[str] = []
+    request_fit_confirmed: bool = True
 
 
 class SettingsDoc(_Doc):
@@ -284,5 +288,11 @@ def plan_document(result: PlanResult) -> PlanDoc:
         latent=[entry_doc(e) for e in ledger.latent],
         notes=list(ledger.notes),
         budget=budget_doc(budget),
-        verdict=VerdictDoc(status=budget.verdict, ok=budget.verdict == "ok", reasons=list(budget.reasons)),
+        verdict=VerdictDoc(
+            status=budget.verdict,
+            ok=budget.verdict == "ok",
+            reasons=list(budget.reasons),
+            cautions=list(budget.cautions),
+            request_fit_confirmed=budget.request_fit_confirmed,
+        ),
     )

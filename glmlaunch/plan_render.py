@@ -125,6 +125,8 @@ def verdict_text(b: Budget) -> Text:
     )
     for reason in b.reasons:
         text.append(f"\n  - {reason}")
+    for caution in b.cautions:
+        text.append(f"\n  ! {caution}", style="yellow")
     return text
 
 

@@ -230,6 +230,8 @@ def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> tuple[StageRecord
             hint="`glmlaunch plan` shows every entry; lower memory.gpu_memory_utilization or the pools",
         )
         return StageRecord("plan", "failed", f"{budget.verdict}: {text}"), error
+    for caution in budget.cautions:
+        warn(f"plan: {caution}")
     record = StageRecord("plan", "ok", text)
     note(record.line())
     return record, None

@@ -278,5 +278,7 @@ def test_several_hardware_failures_are_named_in_one_line() -> None:
     with pytest.raises(HardwareError) as err:
         r.raise_for_status()
     line = err.value.one_line()
-    assert line.startswith("2 hardware checks failed (gpu_probe, p2p); first: gpu_probe: NVML cannot read GPU 3")
+    assert line.startswith(
+        "2 hardware checks failed (gpu_probe, p2p); first: gpu_probe: NVML cannot read GPU 3"
+    )
     assert "\n" not in line
