@@ -61,13 +61,19 @@ def mask_mapping(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
 
 
+_ENV_LIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _secret_key(key: object) -> bool:
+    # Structural JSON keys ("key", "setting") are not variables; only names written like an
+    # environment variable with a secret part (HF_TOKEN, hf_token, OPENAI_API_KEY) are.
+    return isinstance(key, str) and "_" in key and bool(_ENV_LIKE.match(key)) and is_secret_name(key)
+
+
 def mask_obj(obj: Any) -> Any:
     """Mask secret-named keys at any depth of a JSON-like object, and known secret values in strings."""
     if isinstance(obj, Mapping):
-        return {
-            k: (MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str) else mask_obj(v))
-            for k, v in obj.items()
-        }
+        return {k: (MASK if _secret_key(k) and isinstance(v, str) else mask_obj(v)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [mask_obj(v) for v in obj]
     if isinstance(obj, str):
