@@ -581,10 +581,16 @@ BudgetFn = Callable[[DeploymentConfig, MemoryInputs], Budget]
 MemoryVerdict = Callable[[DeploymentConfig, MemoryInputs], CheckResult]
 
 
-def ledger_budget(config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
+def ledger_budget(
+    config: DeploymentConfig, inputs: MemoryInputs, *, calibration: object | None = None
+) -> Budget:
     """The ledger's budget (memory-model.md §6) with the real total and the memory others hold."""
     return compute_budget(
-        config, build_ledger(config), total_bytes=inputs.total_bytes, used_by_others=inputs.used_by_others
+        config,
+        build_ledger(config, calibration=calibration),
+        total_bytes=inputs.total_bytes,
+        used_by_others=inputs.used_by_others,
+        calibration=calibration,
     )
 
 

@@ -6,12 +6,13 @@ inventory comes from ``hardware.get_inventory`` (a saved file, or NVML on the sp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.table import Table
 
-from glmlaunch.checks import PURPOSES, CheckReport, run_checks
+from glmlaunch.checks import PURPOSES, CheckReport, ledger_budget, run_checks
 from glmlaunch.errors import ConfigError
 from glmlaunch.hardware import get_inventory
 from glmlaunch.inventory import Gpu, Inventory, P2PCaps, save_inventory
@@ -177,7 +178,19 @@ def run_check(
     strict = strict or ToolSettings.from_environ().strict
     resolved = resolve(profile, overrides)
     inv = get_inventory(inventory_file)
-    report = run_checks(resolved.config, inv, purpose=purpose, profile=resolved.profile_name)
+    from glmlaunch.calibrate.apply import calibration_for
+
+    use = calibration_for(resolved.config, inv)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
+    report = run_checks(
+        resolved.config,
+        inv,
+        purpose=purpose,
+        profile=resolved.profile_name,
+        budget_fn=functools.partial(ledger_budget, calibration=use.calibration),
+    )
     if as_json:
         out_json(report.to_json(strict=strict))
     else:

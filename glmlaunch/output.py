@@ -61,13 +61,13 @@ def mask_mapping(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
 
 
-_ENV_LIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_LIKE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
 def _secret_key(key: object) -> bool:
-    # Structural JSON keys ("key", "setting") are not variables; only names written like an
-    # environment variable with a secret part (HF_TOKEN, hf_token, OPENAI_API_KEY) are.
-    return isinstance(key, str) and "_" in key and bool(_ENV_LIKE.match(key)) and is_secret_name(key)
+    # JSON documents use lowercase snake_case for their own fields ("key", "kv_bytes_per_token_origin");
+    # only keys written like an environment variable (HF_TOKEN, OPENAI_API_KEY) name secrets.
+    return isinstance(key, str) and bool(_ENV_LIKE.match(key)) and is_secret_name(key)
 
 
 def mask_obj(obj: Any) -> Any:

@@ -84,8 +84,16 @@ def make_plan(
     gpu_memory: str | None = None,
     library: str = "builtin",
 ) -> PlanResult:
+    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.output import note, warn
+
+    resolved = resolve_config(profile, overrides)
+    use = calibration_for(resolved.config)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
     return plan_resolved(
-        resolve_config(profile, overrides), gpu_memory=parse_gpu_memory(gpu_memory), library=library
+        resolved, gpu_memory=parse_gpu_memory(gpu_memory), library=library, calibration=use.calibration
     )
 
 

@@ -20,10 +20,14 @@ def test_not_secret_names(name: str) -> None:
 
 
 def test_mask_obj_masks_env_like_secret_keys_only() -> None:
-    doc = {"key": "x", "setting": "y", "env": {"HF_TOKEN": "hf_abc", "VLLM_DCP_A2A_MAX_TOKENS": "64"}}
+    doc = {
+        "key": "x",
+        "kv_bytes_per_token_origin": "estimate",
+        "env": {"HF_TOKEN": "hf_abc", "VLLM_DCP_A2A_MAX_TOKENS": "64"},
+    }
     assert mask_obj(doc) == {
         "key": "x",
-        "setting": "y",
+        "kv_bytes_per_token_origin": "estimate",
         "env": {"HF_TOKEN": MASK, "VLLM_DCP_A2A_MAX_TOKENS": "64"},
     }
 
