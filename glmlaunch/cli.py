@@ -1,6 +1,7 @@
 """Command-line interface: declarations only; each command calls one plain function and renders.
 
-Exit codes are documented in README.md and defined in ``errors.ExitCode``.
+Exit codes are documented in README.md and defined in ``errors.ExitCode``. Each command imports its
+module when it runs, so `glmlaunch env` does not pay for the ledger, NVML or torch.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from glmlaunch import commands, hwcommands
 from glmlaunch.errors import ExitCode, GlmlaunchError
 from glmlaunch.output import debug_enabled, err_console, mask_secrets
 
@@ -40,6 +40,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON document on stdo
 @app.command("config")
 def config_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the resolved configuration and where every value came from."""
+    from glmlaunch import commands
+
     commands.show_config(profile, set_ or [], as_json=json_)
 
 
@@ -53,12 +55,16 @@ def env_cmd(
     ] = None,
 ) -> None:
     """Print export lines for the resolved environment: eval "$(glmlaunch env -p NAME)"."""
+    from glmlaunch import commands
+
     commands.show_env(profile, set_ or [], shell=shell)
 
 
 @app.command("args")
 def args_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the `vllm serve` argument vector, one argument per line (or JSON)."""
+    from glmlaunch import commands
+
     commands.show_args(profile, set_ or [], as_json=json_)
 
 
@@ -75,6 +81,8 @@ def hw_cmd(
     inventory: InventoryOpt = None,
 ) -> None:
     """Show the GPU inventory NVML reports (or a saved one)."""
+    from glmlaunch import hwcommands
+
     hwcommands.show_hw(inventory, save, as_json=json_)
 
 
@@ -90,6 +98,8 @@ def check_cmd(
     ] = "serve",
 ) -> None:
     """Check the hardware against a profile: one table, exit 0/3/4/7/8 (README: Exit codes)."""
+    from glmlaunch import hwcommands
+
     hwcommands.run_check(
         profile, set_ or [], inventory_file=inventory, purpose=purpose, strict=strict, as_json=json_
     )
@@ -98,12 +108,16 @@ def check_cmd(
 @profiles_app.command("list")
 def profiles_list_cmd(json_: JsonOpt = False) -> None:
     """List profiles with their description and inheritance."""
+    from glmlaunch import commands
+
     commands.list_profiles(as_json=json_)
 
 
 @profiles_app.command("show")
 def profiles_show_cmd(name: Annotated[str, typer.Argument(help="profile name or path")]) -> None:
     """Print a profile file and the chain it extends."""
+    from glmlaunch import commands
+
     commands.show_profile(name)
 
 
@@ -112,6 +126,8 @@ def profiles_schema_cmd(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write to a file instead")] = None,
 ) -> None:
     """Print the JSON Schema of the profile format (for editors)."""
+    from glmlaunch import commands
+
     commands.profile_schema(output)
 
 
