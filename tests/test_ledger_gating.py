@@ -133,3 +133,28 @@ def test_unsupported_world_sizes_drop_the_pool_and_say_so() -> None:
     assert not [n for n in led.names() if n.startswith(("oneshot.", "dcp_a2a."))]
     assert any("one-shot world size" in n for n in led.notes)
     assert any("DCP A2A world size" in n for n in led.notes)
+
+
+def test_dcp_communicator_only_at_dcp_above_1() -> None:
+    assert "runtime.nccl_dcp" in names("r12-exl3")
+    assert "runtime.nccl_dcp" not in names("r12-exl3", "parallel.dcp=1")
+
+
+def test_capture_stream_segments_follow_the_capture_passes() -> None:
+    gate = ledger("gate", "parallel.tp=2", "parallel.dcp=2")
+    exchange = gate.entry("capture_stream.exchange.capture")
+    assert exchange is not None and exchange.count == 3  # target + drafter prefill + drafter decode
+    assert "capture_stream.exchange.profiling-residue" in gate.names()
+    assert "oneshot.rank_data_cached.profiling-residue" in gate.names()
+    assert "dcp_a2a.slab.profiling-residue" not in gate.names()  # the rollback returns the slabs
+    assert "oneshot.slab.profiling-residue" not in gate.names()
+    turnkey = names("turnkey", "parallel.tp=2", "parallel.dcp=2")  # V1: nothing rolled back
+    assert {"capture_stream.exchange.leaked-profiling", "capture_stream.exchange.capture"} <= turnkey
+    assert not {n for n in turnkey if n.endswith("profiling-residue")}
+    for sets in (("cudagraph.mode=NONE",), ("comm.single_channel=true",),
+                 ("comm.pcie_allreduce=false", "comm.dcp_a2a=false")):
+        n = names("gate", "parallel.tp=2", "parallel.dcp=2", *sets)
+        assert not {x for x in n if x.startswith("capture_stream.") or x.endswith("profiling-residue")}, sets
+    # a DCP pool alone still exchanges handles on every capture stream
+    dcp_only = names("gate", "parallel.tp=2", "parallel.dcp=2", "comm.pcie_allreduce=false")
+    assert "capture_stream.exchange.capture" in dcp_only

@@ -20,6 +20,7 @@ from glmlaunch.config import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import (
     activations,
+    capture_stream,
     dcp_a2a,
     dma,
     fold,
@@ -69,7 +70,7 @@ def _footprint(d: Draft, packer: Packer, expandable: bool) -> int:
     if d.alloc == "ipc":
         return packer.ipc(d.requested_bytes, d.count)
     if d.alloc == "torch":
-        return packer.torch(d.requested_bytes, d.count)
+        return packer.torch(d.requested_bytes, d.count, d.stream)
     if d.alloc == "transient":
         return d.count * transient_peak(d.pieces, expandable=expandable)
     if d.alloc == "absorbed":
@@ -140,6 +141,8 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) 
 _SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
     (runtime.entries, runtime.key),
     (weights.entries, weights.key),
+    # a capture pass's handle exchange precedes the channel it sets up (the replay keeps this order)
+    (capture_stream.entries, capture_stream.key),
     (oneshot.entries, oneshot.key),
     (dma.entries, dma.key),
     (dcp_a2a.entries, dcp_a2a.key),

@@ -6,7 +6,13 @@ pool closes; vLLM enters one capture context per cudagraph-manager pass, not per
 * V2 runner: profiling captures are checkpointed and rolled back; production passes are 1 (target),
   +1 drafter prefill when MTP k >= 1, +1 drafter decode when k > 1. The graph estimate G_e is the whole
   free-memory drop of the profiling capture, channels included, so production channels are
-  ``graph-estimated`` (``unbudgeted`` when the estimate is switched off).
+  ``graph-estimated`` (``unbudgeted`` when the estimate is switched off). The rollback returns the
+  profiling pass's IPC slabs but not its torch blocks: ``rollback_channels`` drops the channels, and the
+  caching allocator keeps their segments cached for the pass's stream, which nothing uses again. That
+  ``profiling-residue`` group (``rolled_back``) holds torch entries only.
+* Every capture pass runs on a fresh stream (vLLM's ``graph_capture``), and torch packs per stream, so
+  each capture group's instances are a stream family of their own (``stream``); the eager channel is made
+  on the default stream.
 * V1 runner (r12 tree): the throwaway profiling capture is never rolled back: its channel leaks for the
   process lifetime inside the profiling window (``profiled``); the single production pass that follows the
   KV sizing is ``unbudgeted``.
@@ -24,10 +30,14 @@ from glmlaunch.ledger.model import Lifetime
 
 @dataclass(frozen=True, slots=True)
 class ChannelGroup:
-    role: str  # eager | leaked-profiling | capture
+    role: str  # eager | profiling-residue | leaked-profiling | capture
     count: int
     lifetime: Lifetime
     why: str
+    #: torch stream family of the instances: "" the default stream, else one fresh stream per instance
+    stream: str = ""
+    #: True: the channels were closed by a rollback; only the torch blocks they used stay (cached)
+    rolled_back: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +47,8 @@ class ChannelPlan:
 
     @property
     def total(self) -> int:
-        return sum(g.count for g in self.groups)
+        """Channels alive after the capture passes (a rolled-back group's channels are closed)."""
+        return sum(g.count for g in self.groups if not g.rolled_back)
 
 
 @lru_cache(maxsize=256)
@@ -64,17 +75,48 @@ def channel_plan(
         why = f"V2 production capture passes ({' + '.join(names)}); profiling captures are rolled back" + (
             "" if estimate_cudagraphs else "; graph estimate off, so no budget term covers them"
         )
+        residue = ChannelGroup(
+            "profiling-residue",
+            1,
+            "profiled",
+            "V2 profiling capture: the rollback closes its channels (IPC slabs returned, measured -10 MiB on "
+            "2x H200) but the torch blocks they used stay cached on the pass's stream, which nothing uses "
+            "again",
+            stream="profiling-residue",
+            rolled_back=True,
+        )
         return ChannelPlan(
-            (eager, ChannelGroup("capture", passes, capture_lifetime, why)),
-            f"V2, MTP {mtp}: 1 eager + {passes}",
+            (eager, residue, ChannelGroup("capture", passes, capture_lifetime, why, stream="capture")),
+            f"V2, MTP {mtp}: 1 eager + {passes} (+ the rolled-back profiling pass's cached torch blocks)",
         )
     leaked = ChannelGroup(
         "leaked-profiling",
         1,
         "profiled",
         "V1 profiling capture is never rolled back: its channel leaks for the process lifetime",
+        stream="leaked-profiling",
     )
     production = ChannelGroup(
-        "capture", 1, "unbudgeted", "V1 production capture pass, made after the KV cache is sized"
+        "capture",
+        1,
+        "unbudgeted",
+        "V1 production capture pass, made after the KV cache is sized",
+        stream="capture",
     )
     return ChannelPlan((eager, leaked, production), "V1: 1 eager + 1 leaked profiling + 1 production")
+
+
+#: the role (and stream family) of what the rolled-back V2 profiling pass leaves behind
+ROLLED_BACK_ROLE = "profiling-residue"
+
+#: channel roles whose instances are each made on a fresh stream of their own (one capture pass each)
+CAPTURE_STREAM_ROLES: tuple[str, ...] = ("profiling-residue", "leaked-profiling", "capture")
+
+
+def stream_family(entry_name: str) -> str:
+    """The torch stream family of a ledger entry by its role suffix ("" for the default stream).
+
+    The preflight's replay allocates each capture instance on a fresh stream of this family, as vLLM does.
+    """
+    role = entry_name.rsplit(".", 1)[-1]
+    return role if role in CAPTURE_STREAM_ROLES else ""

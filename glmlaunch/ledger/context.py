@@ -67,6 +67,8 @@ class Draft(NamedTuple):
     alloc: Alloc
     note: str = ""
     pieces: tuple[int, ...] = ()
+    #: torch stream family (footprint.Packer.torch): "" the default stream, else one fresh stream per instance
+    stream: str = ""
 
 
 @dataclass(frozen=True, slots=True)

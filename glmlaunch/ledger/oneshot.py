@@ -5,6 +5,11 @@ Slab (memory-model.md §2 #1): ``A256(S1) + A256(E') + E'`` with ``E' = E * shar
 On sparkinfer r12 the eager slot holds one shard per source rank only in push mode; b12x 1.5 also
 reserves them by default on its topology transports (TP2 plain peer-push adds 2 incoming shards, TP8
 owner-reduce uses W shards).
+
+Each capture pass's ``rank_data`` is made on the pass's own stream, so it opens a 20 MiB segment of its own
+(measured on 2x H200 with the real r12 library: 22 MiB of torch reserve per pass with the handle exchange,
+bench/preflight/h200x2-gate-sparkinfer-warm.json); the rolled-back V2 profiling pass leaves its segment
+cached (``oneshot.rank_data_cached.profiling-residue``), its slab returned.
 """
 
 from __future__ import annotations
@@ -63,6 +68,34 @@ def entries(ctx: Context) -> list[Draft]:
     out: list[Draft] = []
     for g in plan.groups:
         cond = f"PCIe all-reduce on, TP {w}; {g.why} ({plan.rule})"
+        if g.rolled_back:
+            out.append(
+                Draft(
+                    # not ``rank_data.``: no live channel holds it (the §5 rank_data figures count channels)
+                    name=f"oneshot.rank_data_cached.{g.role}",
+                    subsystem="oneshot",
+                    requested_bytes=rd,
+                    count=g.count,
+                    kind="torch",
+                    lifetime=g.lifetime,
+                    condition=cond,
+                    reader="nothing: the channel was closed by rollback_channels; the segment stays cached",
+                    formula=(
+                        f"rank_data_bytes = {fmt_int(rd)}, freed by the rollback into a segment cached for "
+                        "the profiling pass's stream (torch packs per stream: never reused)"
+                    ),
+                    origin="library" if ctx.lib is not None else "exact",
+                    alloc="torch",
+                    note=(
+                        "measured on 2x H200, real r12 library: the profiling pass costs 32 MiB and its "
+                        "rollback returns only 10 MiB (the IPC slabs); 22 MiB of torch segments stay. "
+                        "Budget term P: vLLM sees it as torch-reserved memory grown inside the profile "
+                        "window (never as non-torch N); it lowers KV, not the margin"
+                    ),
+                    stream=g.stream,
+                )
+            )
+            continue
         out.append(
             Draft(
                 name=f"oneshot.slab.{g.role}",
@@ -88,9 +121,22 @@ def entries(ctx: Context) -> list[Draft]:
                 lifetime=g.lifetime,
                 condition=cond,
                 reader=f"register_pcie_buffers: {k.oneshot_rank_data_used_bytes} B (2 RankData records) used",
-                formula=f"rank_data_bytes = DEFAULT_RANK_DATA_BYTES = 8 * 1024 * 1024 = {fmt_int(rd)}",
+                formula=(
+                    f"rank_data_bytes = DEFAULT_RANK_DATA_BYTES = 8 * 1024 * 1024 = {fmt_int(rd)}"
+                    + (f"  [one fresh stream per capture pass: a 20 MiB segment each x {g.count}]"
+                       if g.stream else "")
+                ),
                 origin="library" if ctx.lib is not None else "exact",
                 alloc="torch",
+                note=(
+                    "each pass's rank_data is made on the pass's own stream (vLLM's graph_capture) and torch "
+                    "packs per stream, so it opens its own 20 MiB segment: measured 22 MiB of torch reserve "
+                    "per pass on 2x H200 with the real r12 library (bench/preflight/"
+                    "h200x2-gate-sparkinfer-warm.json)"
+                    if g.stream
+                    else ""
+                ),
+                stream=g.stream,
             )
         )
     return out

@@ -1,10 +1,20 @@
 """CUDA context, NCCL communicators and the other non-torch memory vLLM's profiler sees as N.
 
-Defaults are measurements (memory-model.md §1, §6), marked ``default`` and replaced by calibration:
-context 651 MiB per process (H200, driver 580); NCCL 842 MiB per rank (2 ranks over NVLink, first
-all-reduce included; PCIe and 4 ranks differ: calibrate); non-torch growth during profiling 0.45 GiB
-in r14 TP4/DCP4 boot logs (NCCL lazy buffers, cuBLAS workspaces), less the DCP A2A eager channel the
-ledger lists on its own.
+Defaults are measurements, marked ``default`` and replaced by calibration. Where two measurements
+disagree the default takes the larger one: U_pre is subtracted from F0, so an overestimate errs towards
+refusing, never towards an OOM.
+
+* CUDA context: 651 MiB per process (memory-model.md §1, H200, driver 580); the preflight measured 527 MiB
+  (552,402,944 B) on 2x and 1x H200 with torch 2.11 + CUDA 13.0 (bench/PREFLIGHT.md). Default 651 MiB.
+* NCCL TP communicator: 842 MiB per rank (memory-model.md §1, 2 ranks over NVLink, first all-reduce
+  included); the preflight measured 936 MiB (981,467,136 B: init + first all-reduce +
+  ``broadcast_object_list``, torch excluded) at 2 ranks over NVLink and 650 MiB at 1 rank. Default 936 MiB.
+* NCCL DCP communicator: vLLM builds the DCP group as a group of its own with its own communicator, even
+  when its ranks are the TP group's; the preflight measured 486 MiB (509,607,936 B) per rank at DCP 2 over
+  NVLink. Default 486 MiB when DCP > 1. PCIe and 4 ranks differ (the r14 TP4/DCP4 logs put the whole
+  T - F0 at 1.38-1.40 GiB on RTX PRO 6000): calibrate.
+* non-torch growth during profiling: 0.45 GiB in r14 TP4/DCP4 boot logs (NCCL lazy buffers, cuBLAS
+  workspaces), less the DCP A2A eager channel the ledger lists on its own.
 """
 
 from __future__ import annotations
@@ -13,7 +23,8 @@ from glmlaunch.ledger.context import Context, Draft, fmt_int
 
 MIB = 1024 * 1024
 CUDA_CONTEXT_DEFAULT = 651 * MIB
-NCCL_DEFAULT = 842 * MIB
+NCCL_DEFAULT = 936 * MIB
+NCCL_DCP_DEFAULT = 486 * MIB
 NONTORCH_DEFAULT = 448 * MIB
 
 
@@ -28,7 +39,11 @@ def entries(ctx: Context) -> list[Draft]:
     cfg = ctx.config
     out: list[Draft] = []
     v, o, f = _value(
-        ctx, "cuda_context_bytes", CUDA_CONTEXT_DEFAULT, "651 * 1024 * 1024 (H200, driver 580.159: measure)"
+        ctx,
+        "cuda_context_bytes",
+        CUDA_CONTEXT_DEFAULT,
+        "651 * 1024 * 1024 (default: memory-model.md §1 on H200, driver 580.159; the preflight measured "
+        "527 MiB on 2x H200, torch 2.11 + CUDA 13.0: the larger is kept)",
     )
     out.append(
         Draft(
@@ -50,7 +65,9 @@ def entries(ctx: Context) -> list[Draft]:
             ctx,
             "nccl_bytes",
             NCCL_DEFAULT,
-            "842 * 1024 * 1024 (2 ranks over NVLink incl. first all-reduce: measure)",
+            "936 * 1024 * 1024 (default: TP communicator measured by the preflight at 2 ranks over NVLink, "
+            "init + first all-reduce + broadcast_object_list; memory-model.md §1 quotes 842 MiB, 1 rank "
+            "650 MiB: the larger is kept; PCIe and 4 ranks differ: calibrate)",
         )
         out.append(
             Draft(
@@ -60,11 +77,35 @@ def entries(ctx: Context) -> list[Draft]:
                 count=1,
                 kind="driver",
                 lifetime="pre-snapshot",
-                condition=f"TP {cfg.parallel.tp} > 1 (NCCL communicators)",
+                condition=f"TP {cfg.parallel.tp} > 1 (the TP group's NCCL communicator)",
                 reader="NCCL collectives",
                 formula=f,
                 origin=o,  # type: ignore[arg-type]
                 alloc="fixed",
+            )
+        )
+    if cfg.parallel.dcp > 1:
+        v, o, f = _value(
+            ctx,
+            "nccl_dcp_bytes",
+            NCCL_DCP_DEFAULT,
+            "486 * 1024 * 1024 (default: vLLM's DCP communicator measured by the preflight at DCP 2 over "
+            "NVLink, 509,607,936 B per rank; PCIe and 4 ranks differ: calibrate)",
+        )
+        out.append(
+            Draft(
+                name="runtime.nccl_dcp",
+                subsystem="runtime",
+                requested_bytes=v,
+                count=1,
+                kind="driver",
+                lifetime="pre-snapshot",
+                condition=f"DCP {cfg.parallel.dcp} > 1 (vLLM's separate DCP group and its NCCL communicator)",
+                reader="NCCL collectives of the DCP group",
+                formula=f,
+                origin=o,  # type: ignore[arg-type]
+                alloc="fixed",
+                note="a communicator of its own even when the DCP group's ranks are the TP group's",
             )
         )
     v, o, f = _value(
@@ -95,7 +136,9 @@ def key(ctx: Context) -> tuple[object, ...]:
     """Everything :func:`entries` reads (the ledger memoizes on it)."""
     return (
         ctx.config.parallel.tp,
+        ctx.config.parallel.dcp,
         ctx.calibrated("cuda_context_bytes"),
         ctx.calibrated("nccl_bytes"),
+        ctx.calibrated("nccl_dcp_bytes"),
         ctx.calibrated("nontorch_bytes"),
     )
