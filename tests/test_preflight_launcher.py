@@ -60,6 +60,17 @@ def test_replay_cpu_runs_every_ledger_entry_on_every_rank() -> None:
     covered = {name for c in report.comparisons for name in c.entries}
     replayable = {a.name for a in planned_allocations(run.ledger)}
     assert replayable and covered == replayable
+    # Each capture pass is replayed as vLLM makes it: every entry's instance i inside pass i, on a stream
+    # of its own (on CPU only the order shows), the handle exchange first.
+    rank0 = next(r for r in run.outcome.results if r is not None and r.rank == 0)
+    capture = [s.name for s in rank0.steps if s.name.endswith(tuple(f".capture#{i}" for i in (1, 2, 3)))]
+    assert capture == [
+        f"{entry}.capture#{i}"
+        for i in (1, 2, 3)
+        for entry in ("capture_stream.exchange", "oneshot.slab", "oneshot.rank_data", "dcp_a2a.slab")
+    ]
+    residue = [s for s in rank0.steps if s.name.endswith("profiling-residue")]
+    assert residue and all("rollback" in s.note for s in residue)
     # IPC stand-ins were real files exchanged between ranks and removed at teardown.
     assert not list(Path(run.outcome.workdir).glob("ipc-*"))
     assert set(report.phases) >= {"spawn", "imports", "process_group", "allocations", "teardown"}

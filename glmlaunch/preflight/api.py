@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.errors import ConfigError, HardwareError, NoGpuError
+from glmlaunch.ledger.channels import stream_family
 from glmlaunch.ledger.model import Ledger
 from glmlaunch.preflight.launcher import LaunchOutcome, LaunchRequest, launch
 from glmlaunch.preflight.types import (
@@ -102,6 +103,7 @@ def planned_allocations(ledger: Ledger, rank: int = 0) -> tuple[PlannedAllocatio
                 count=e.count,
                 predicted_device_bytes=e.device_bytes,
                 group=group,
+                stream=stream_family(e.name),
             )
         )
     return tuple(out)

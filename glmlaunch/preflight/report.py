@@ -233,6 +233,9 @@ def _margin(run: PreflightRun, ranks: list[RankSummary]) -> dict[str, Any]:
 
 
 def _jsonable(obj: Any) -> Any:
+    as_dict = getattr(obj, "_asdict", None)  # the budget is a NamedTuple
+    if callable(as_dict):
+        return dict(as_dict())
     try:
         return asdict(obj)
     except TypeError:

@@ -56,6 +56,9 @@ class PlannedAllocation:
     count: int
     predicted_device_bytes: int
     group: Literal["tp", "dcp"] = "tp"
+    #: torch stream family: "" the default stream, else instance i on a fresh stream of its own (one capture
+    #: pass each, as vLLM's graph_capture does)
+    stream: str = ""
 
 
 @dataclass(frozen=True)

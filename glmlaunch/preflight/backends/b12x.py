@@ -25,6 +25,7 @@ from glmlaunch.preflight.backends.sequence import (
     covers,
     dcp_batch,
     dma_max_bytes,
+    pass_covers,
     workspace_arenas,
 )
 from glmlaunch.preflight.runtime import Runtime
@@ -183,14 +184,17 @@ class B12xBackend:
                 for pool in pools:
                     stack.enter_context(pool.capture(stream, channel_id=f"capture.{name}"))
 
-        names = (covers(self.names, "oneshot", role) + covers(self.names, "dcp_a2a", role)) if role else []
+        # A rolled-back pass and its rollback together realise what the pass leaves (its cached torch
+        # blocks): the report sums the two steps against the same entries.
+        names = pass_covers(self.names, role)
         rt.step(f"capture.{name}", kind="ipc+torch", lifetime="profiled" if rollback else "graph-estimated",
                 covers=names, requested=self._requested(names), fn=enter_and_leave,
                 note="checkpointed" if rollback else ("leaks (V1)" if role == "leaked-profiling" else ""))
         if rollback:
-            rt.step(f"capture.{name}.rollback", kind="ipc+torch", lifetime="profiled", covers=[], requested=0,
+            rt.step(f"capture.{name}.rollback", kind="ipc+torch", lifetime="profiled", covers=names,
+                    requested=0,
                     fn=lambda: [p.rollback_channels(c) for p, c in zip(pools, checkpoints, strict=True)],
-                    note="rollback_channels returns the pass's channels")
+                    note="rollback_channels returns the pass's IPC slabs; its torch blocks stay cached")
 
     def close(self) -> None:
         rt = self.rt

@@ -7,6 +7,11 @@
 * ``torch`` / ``workspace``: ``torch.empty`` uint8 tensors through the caching allocator, under the
   ``PYTORCH_CUDA_ALLOC_CONF`` the deployment sets (segment rounding and packing are measured).
 * ``transient``: allocated, measured at its peak, freed (what one op call costs at most).
+* streams: an entry of a capture stream family (``PlannedAllocation.stream``) is made the way vLLM's
+  ``graph_capture`` makes it: instance ``i`` of every entry of the family inside pass ``i``, on a fresh stream
+  made current for that pass, so torch's per-stream pools pack (or do not) as they do in the deployment.
+  The IPC-handle exchange runs on that stream too, as the libraries' does. The rolled-back V2 profiling
+  pass's torch entries are freed after the step (what ``rollback_channels`` leaves: cached segments).
 
 CPU device mode (tests): IPC slabs are files under the run directory, mmapped by the owner and by every
 peer after the same exchange; torch entries are CPU tensors. No device bytes are measured there.
@@ -23,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from glmlaunch.ledger.channels import ROLLED_BACK_ROLE
 from glmlaunch.preflight.backends.sequence import workspace_arenas
 from glmlaunch.preflight.runtime import Runtime
 from glmlaunch.preflight.types import PlannedAllocation
@@ -108,6 +114,7 @@ class ReplayBackend:
         self.cudart: CudaRuntime | None = None
         self.slabs: list[tuple[Any, _Slab]] = []
         self.tensors: list[Any] = []
+        self.streams: list[Any] = []
         self.entries = sorted(rt.spec.allocations, key=lambda a: _LIFETIME_ORDER.get(a.lifetime, 9))
 
     def build(self) -> None:
@@ -127,11 +134,9 @@ class ReplayBackend:
         pre = [e for e in persistent if e.lifetime == "pre-snapshot"]
         profiled = [e for e in persistent if e.lifetime == "profiled"]
         later = [e for e in persistent if e.lifetime not in ("pre-snapshot", "profiled")]
-        for entry in pre:
-            self._replay(entry)
+        self._replay_in_order(pre)
         self.rt.mark("f0_free")
-        for entry in profiled:
-            self._replay(entry)
+        self._replay_in_order(profiled)
         # The profile run reserves the workspace arenas before any capture pass.
         for arena, names, size, lifetime in workspace_arenas(self.entries):
             self.tensors.append(
@@ -140,35 +145,70 @@ class ReplayBackend:
                                         device=self.rt.device),
                              note="one grow-only arena per lane: the largest plan")
             )
-        for entry in later:
-            self._replay(entry)
+        self._replay_in_order(later)
         # Transients last: measured on their own, no cached segment of theirs is reused by another entry.
         for entry in self.entries:
             if entry.kind == "transient":
                 self._replay(entry)
 
+    def _replay_in_order(self, entries: list[PlannedAllocation]) -> None:
+        """Default-stream entries one by one; a stream family pass by pass where its first entry stands."""
+        done: set[str] = set()
+        for entry in entries:
+            if not entry.stream:
+                self._replay(entry)
+            elif entry.stream not in done:
+                done.add(entry.stream)
+                self._replay_passes([e for e in entries if e.stream == entry.stream])
+
+    def _replay_passes(self, family: list[PlannedAllocation]) -> None:
+        for i in range(max(e.count for e in family)):
+            stream = self.rt.torch.cuda.Stream(device=self.rt.device) if self.rt.cuda else None
+            self.streams.append(stream)
+            for entry in family:
+                if i < entry.count:
+                    self._replay_instance(entry, i, stream)
+
     def _replay(self, entry: PlannedAllocation) -> None:
         for i in range(entry.count):
-            name = entry.name if entry.count == 1 else f"{entry.name}#{i + 1}"
-            self.rt.step(
-                name,
-                kind=entry.kind,
-                lifetime=entry.lifetime,
-                covers=[entry.name],
-                requested=entry.requested_bytes,
-                fn=partial(self._allocate_one, entry, i),
-                note="allocated and freed; the cached segment stays" if entry.kind == "transient" else "",
-            )
+            self._replay_instance(entry, i, None)
 
-    def _allocate_one(self, entry: PlannedAllocation, index: int) -> None:
+    def _replay_instance(self, entry: PlannedAllocation, i: int, stream: Any) -> None:
+        name = entry.name if entry.count == 1 else f"{entry.name}#{i + 1}"
+        rolled_back = entry.stream == ROLLED_BACK_ROLE and entry.kind != "ipc"
+        if entry.kind == "transient":
+            note = "allocated and freed; the cached segment stays"
+        elif rolled_back:
+            note = "freed as the rollback frees it; the segment stays cached for the pass's stream"
+        else:
+            note = f"on capture stream {entry.stream}#{i}" if entry.stream else ""
+        fn = partial(self._allocate_one, entry, i, free=rolled_back)
+        if stream is not None:
+            fn = partial(self._on_stream, stream, fn)
+        self.rt.step(
+            name,
+            kind=entry.kind,
+            lifetime=entry.lifetime,
+            covers=[entry.name],
+            requested=entry.requested_bytes,
+            fn=fn,
+            note=note,
+        )
+
+    def _on_stream(self, stream: Any, fn: Any) -> None:
+        with self.rt.torch.cuda.stream(stream):
+            fn()
+
+    def _allocate_one(self, entry: PlannedAllocation, index: int, *, free: bool = False) -> None:
         if entry.kind == "ipc":
             group = self._group(entry)
             slab = self._ipc_cuda(entry, group) if self.rt.cuda else self._ipc_cpu(entry, index, group)
             self.slabs.append((group, slab))
             return
         tensor = self.rt.torch.empty(entry.requested_bytes, dtype=self.rt.torch.uint8, device=self.rt.device)
-        if entry.kind == "transient":
-            # Freed at once: the caching allocator keeps the segment, which is what one op call leaves.
+        if entry.kind == "transient" or free:
+            # Freed at once: the caching allocator keeps the segment, which is what one op call (or a
+            # rollback) leaves.
             del tensor
             return
         self.tensors.append(tensor)
@@ -235,6 +275,7 @@ class ReplayBackend:
                     os.unlink(slab.path)
         self.slabs.clear()
         self.tensors.clear()
+        self.streams.clear()
         if rt.cuda:
             rt.torch.cuda.empty_cache()
         rt.mark("free_after_close")

@@ -17,7 +17,9 @@ from glmlaunch.preflight.types import PlannedAllocation
 class CapturePass:
     name: str
     rollback: bool  # V2 profiling captures are checkpointed and rolled back
-    role: str  # the ledger's channel role this pass's channels belong to ("" when rolled back)
+    #: the ledger's channel role of what this pass leaves behind (for a rolled-back pass: the torch blocks
+    #: its channels used, cached on its stream: ``profiling-residue``)
+    role: str
 
 
 def capture_passes(config: DeploymentConfig) -> tuple[CapturePass, ...]:
@@ -27,7 +29,7 @@ def capture_passes(config: DeploymentConfig) -> tuple[CapturePass, ...]:
     if config.runner == "v1":
         # The r12 V1 runner never rolls its profiling capture back: the channel leaks.
         return (CapturePass("profiling", False, "leaked-profiling"), CapturePass("target", False, "capture"))
-    passes = [CapturePass("profiling", True, ""), CapturePass("target", False, "capture")]
+    passes = [CapturePass("profiling", True, "profiling-residue"), CapturePass("target", False, "capture")]
     if config.mtp >= 1:
         passes.append(CapturePass("drafter-prefill", False, "capture"))
     if config.mtp > 1:
@@ -59,6 +61,13 @@ def covers(names: Iterable[str], subsystem: str, role: str | None = None, *parts
             continue
         out.append(name)
     return out
+
+
+def pass_covers(names: Iterable[str], role: str) -> list[str]:
+    """Ledger entries one capture pass realises: its channels (one-shot, DCP A2A) and its stream's
+    handle-exchange segment."""
+    names = list(names)
+    return [n for sub in ("oneshot", "dcp_a2a", "capture_stream") for n in covers(names, sub, role)]
 
 
 def workspace_arenas(entries: Iterable[PlannedAllocation]) -> list[tuple[str, list[str], int, str]]:
