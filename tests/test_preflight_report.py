@@ -112,6 +112,27 @@ def test_recorded_sparkinfer_runs_agree_with_the_current_ledger(name: str, profi
     assert "NO" not in render_text(report)
 
 
+@pytest.mark.parametrize(
+    ("name", "profile"),
+    [
+        ("h200x2-gate-sparkinfer-after-ledger-fix.json", "gate"),
+        ("h200x2-turnkey-sparkinfer-after-ledger-fix.json", "turnkey"),
+        ("h200x2-gate-replay-per-stream.json", "gate"),
+        ("h200x2-turnkey-replay-per-stream.json", "turnkey"),
+    ],
+)
+def test_runs_recorded_after_the_ledger_fix_agree_as_recorded(name: str, profile: str) -> None:
+    # Confirmation on 2x H200 with the per-stream ledger and the per-stream replay: steps as recorded.
+    report = build_report(_recorded(name, profile, 2))
+    assert report.comparisons and all(c.within is True for c in report.comparisons)
+    assert report.exit_code == ExitCode.MARGIN
+    if "replay" in name:
+        # every capture instance on its own stream, measured as vLLM would make it
+        rows = {c.label.split("#")[0]: c for c in report.comparisons}
+        passes = 3 if profile == "gate" else 1
+        assert rows["oneshot.rank_data.capture"].measured_device[0] == passes * 20 * MIB
+
+
 def test_u_pre_itemizes_the_dcp_communicator() -> None:
     # measured T - F0 on 2x H200 (context 527 + NCCL TP 936 + NCCL DCP 486 + eager channel + DMA slab):
     # the ledger's U_pre may exceed it (the context default is the larger, 651 MiB) but never fall short
