@@ -54,7 +54,8 @@ def entries(ctx: Context) -> list[Draft]:
     formula = (
         f"A256(S1) + A256(E') + E' = A256({fmt_int(s1)}) + A256({fmt_int(ep)}) + {fmt_int(ep)} "
         f"= {fmt_int(slab)}"
-        f"  [E = max(64KB, 84KB, 16) = {fmt_int(e)}; E' = E * {shards} shard(s)]"
+        f"  [E = max(allreduce {fmt_int(cfg.comm.oneshot_allreduce_max_size)}, "
+        f"fused {fmt_int(cfg.comm.oneshot_fused_max_size)}, 16) = {fmt_int(e)}; E' = E * {shards} shard(s)]"
     )
     plan = channel_plan(
         runner=cfg.runner,
@@ -151,7 +152,8 @@ def key(ctx: Context) -> tuple[object, ...]:
         ctx.lib,
         cfg.parallel.tp,
         c.pcie_allreduce,
-        c.oneshot_eager_bytes,
+        c.oneshot_allreduce_max_size,  # both appear in the formula text, not only their max E
+        c.oneshot_fused_max_size,
         c.oneshot_push,
         c.single_channel,
         cfg.runner,
