@@ -35,3 +35,26 @@ def test_plan_and_check_use_an_ingested_boot(clean_env: dict[str, str]) -> None:
     other = run_cli("plan", "-p", "r12-exl3", "--set", "scheduler.max_num_batched_tokens=4096", env=clean_env)
     assert "using calibration" not in other.stderr
     assert "max_num_batched_tokens" in other.stderr
+
+
+def test_preflight_says_which_calibration_it_uses(clean_env: dict[str, str]) -> None:
+    assert run_cli("calibrate", "ingest", str(LOG), "-p", "r12-exl3", env=clean_env).returncode == 0
+    res = run_cli(
+        "preflight",
+        "-p",
+        "r12-exl3",
+        "--set",
+        "parallel.tp=2",
+        "--set",
+        "parallel.dcp=2",
+        "--backend",
+        "replay",
+        "--device",
+        "cpu",
+        "--json",
+        env=clean_env,
+        timeout=180,
+    )
+    # tp=2 is another deployment than the ingested TP4 boot: not used, and the reason is named.
+    assert "using calibration" not in res.stderr and "parallel.tp" in res.stderr
+    assert json.loads(res.stdout)["backend"]

@@ -64,6 +64,8 @@ class PreflightRun:
     driver: str | None
     leaks: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    # A matching calibration record (calibrate.apply.LedgerCalibration) replaces the ledger's defaults.
+    calibration: object | None = None
 
 
 def parse_timeouts(items: list[str]) -> dict[str, float]:
@@ -158,6 +160,7 @@ def run_preflight(
     fault: FaultSpec | None = None,
     progress: Callable[[str], None] | None = None,
     build_ledger: Callable[[DeploymentConfig], Ledger] | None = None,
+    calibration: object | None = None,
 ) -> PreflightRun:
     world = config.parallel.tp
     env = managed_env(config)
@@ -188,7 +191,7 @@ def run_preflight(
         # The b12x backend sizes the indexer arenas with b12x's own planner (plan_indexer_scratch, run on
         # the CPU in this process), through the ledger's bridge to the installed library.
         library = "b12x" if decision.name == "b12x" else "builtin"
-        ledger = ledger_for(config, library=library)
+        ledger = ledger_for(config, library=library, calibration=calibration)
         if library == "b12x":
             notes.append("predictions, and the indexer arenas the workers allocate, come from the installed "
                          "b12x (constants, layouts, plan_indexer_scratch)")
@@ -224,6 +227,7 @@ def run_preflight(
         driver=driver,
         leaks=tuple(leaks),
         notes=tuple(notes),
+        calibration=calibration,
     )
 
 

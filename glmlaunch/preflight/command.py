@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from glmlaunch.errors import ConfigError
-from glmlaunch.output import note
+from glmlaunch.output import note, warn
 from glmlaunch.preflight.api import BackendChoice, parse_timeouts, run_preflight
 from glmlaunch.preflight.report import PreflightReport, build_report
 from glmlaunch.preflight.types import DeviceMode, FaultSpec
@@ -39,8 +39,15 @@ def preflight(
     except ValueError as exc:
         raise ConfigError(str(exc), key="--inject-fault") from None
     config = resolve(profile, overrides).config
+    from glmlaunch.calibrate.apply import calibration_for
+
+    use = calibration_for(config)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
     run = run_preflight(
         config,
+        calibration=use.calibration,
         backend=cast(BackendChoice, backend),
         device=cast(DeviceMode, device),
         limits=parse_timeouts(list(timeouts)),
