@@ -13,7 +13,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import debug_enabled, err_console, mask_secrets
+from glmlaunch.output import debug_enabled, mask_secrets
 
 app = typer.Typer(
     name="glmlaunch",
@@ -360,9 +360,9 @@ def diff_cmd(
 
 def _fail(exc: GlmlaunchError) -> NoReturn:
     lines = exc.all_lines() if hasattr(exc, "all_lines") else [exc.one_line()]
-    err_console.print(f"error: {mask_secrets(lines[0])}", markup=False, highlight=False)
+    sys.stderr.write(f"error: {mask_secrets(lines[0])}\n")
     for line in lines[1:]:
-        err_console.print(f"error: {mask_secrets(line)}", markup=False, highlight=False)
+        sys.stderr.write(f"error: {mask_secrets(line)}\n")
     raise SystemExit(int(exc.exit_code))
 
 
@@ -374,7 +374,7 @@ def main() -> None:
             raise
         _fail(exc)
     except KeyboardInterrupt:
-        err_console.print("interrupted", markup=False)
+        sys.stderr.write("interrupted\n")
         raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     except BrokenPipeError:
         # `glmlaunch plan --json | head` closes the pipe early; that is not an error.

@@ -11,12 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
+from glmlaunch import output
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.launch_env import produced_env, split_secrets
-from glmlaunch.output import mask_obj, mask_secrets, note, out_console, out_json, out_text, warn
+from glmlaunch.output import mask_obj, mask_secrets, note, out_json, out_text, warn
 from glmlaunch.profiles import list_profiles as _list_profiles
 from glmlaunch.profiles import load_chain
 from glmlaunch.render_args import full_argv
@@ -64,6 +63,8 @@ def show_config(profile: str | None, overrides: Sequence[str], *, as_json: bool)
     if as_json:
         out_json(config_document(resolved))
         return
+    from rich.table import Table
+
     table = Table(title=f"profile {resolved.profile_name}", show_lines=False, expand=False)
     table.add_column("key", no_wrap=True)
     table.add_column("value")
@@ -72,7 +73,7 @@ def show_config(profile: str | None, overrides: Sequence[str], *, as_json: bool)
         leaf = key.rsplit(".", 1)[-1]
         shown = json.dumps(mask_obj({leaf: value})[leaf], ensure_ascii=False)
         table.add_row(key, mask_secrets(shown), str(resolved.source_of(key)))
-    out_console.print(table)
+    output.out_console.print(table)
 
 
 def _shell_name(shell: str | None) -> ShellName:
@@ -124,6 +125,8 @@ def list_profiles(*, as_json: bool) -> None:
     if as_json:
         out_json(rows)
         return
+    from rich.table import Table
+
     table = Table(show_lines=False)
     for column in ("name", "extends", "description", "location"):
         table.add_column(column)
@@ -134,7 +137,7 @@ def list_profiles(*, as_json: bool) -> None:
             str(row["description"]),
             "built-in" if row["builtin"] else str(row["path"]),
         )
-    out_console.print(table)
+    output.out_console.print(table)
 
 
 def show_profile(name: str) -> None:

@@ -11,11 +11,12 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from glmlaunch.registry import GLMLAUNCH_DEBUG
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: A name is secret when one of its _-separated parts is one of these (HF_TOKEN, OPENAI_API_KEY,
 #: AWS_SECRET_ACCESS_KEY, DB_PASSWORD). Whole parts only: "turnkey" is a profile and
@@ -25,9 +26,26 @@ SECRET_MARKERS: frozenset[str] = frozenset(
 )
 MASK = "****"
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-# Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
-out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+_CONSOLES: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Console:
+    # `err_console` / `out_console` are made on first use: importing rich costs ~40 ms, which the
+    # commands that print only export lines or JSON (env, args, config --json) need not pay.
+    if name not in ("err_console", "out_console"):
+        raise AttributeError(name)
+    if name not in _CONSOLES:
+        from rich.console import Console
+
+        if name == "err_console":
+            _CONSOLES[name] = Console(stderr=True, highlight=False, soft_wrap=True)
+        else:
+            # Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
+            _CONSOLES[name] = Console(
+                highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240
+            )
+    return _CONSOLES[name]
+
 
 _known_secrets: set[str] = set()
 
@@ -96,11 +114,16 @@ def out_text(text: str) -> None:
 
 def note(message: str) -> None:
     """A human message on stderr."""
-    err_console.print(mask_secrets(message), markup=False, highlight=False)
+    sys.stderr.write(mask_secrets(message) + "\n")
+    sys.stderr.flush()
 
 
 def warn(message: str) -> None:
-    err_console.print("warning: " + mask_secrets(message), style="yellow", markup=False, highlight=False)
+    line = "warning: " + mask_secrets(message)
+    if sys.stderr.isatty() and not os.environ.get("NO_COLOR"):
+        line = f"\x1b[33m{line}\x1b[0m"
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def debug_enabled() -> bool:

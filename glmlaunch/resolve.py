@@ -223,10 +223,11 @@ def _model_types(annotation: Any) -> list[type[BaseModel]]:
 def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Source]]:
     layer: dict[str, Any] = {}
     sources: dict[str, Source] = {}
-    known_keys = set(_all_setting_keys())
+    known_keys: set[str] = set()
     for name in sorted(environ):
         if not name.startswith(TOOL_PREFIX) or name in TOOL_VARS:
             continue
+        known_keys = known_keys or set(_all_setting_keys())
         key = _env_name_to_key(name)
         if key not in known_keys and not key.startswith("env."):
             candidates = [setting_env_name(k) for k in known_keys] + list(TOOL_VARS)
