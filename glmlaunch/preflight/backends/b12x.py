@@ -21,12 +21,14 @@ from functools import partial
 from typing import Any
 
 from glmlaunch.preflight.backends.sequence import (
+    CapturePass,
+    allocate_arenas,
     capture_passes,
     covers,
     dcp_batch,
     dma_max_bytes,
-    pass_covers,
-    workspace_arenas,
+    record_capture_pass,
+    requested_bytes,
 )
 from glmlaunch.preflight.runtime import Runtime
 
@@ -91,7 +93,7 @@ class B12xBackend:
                                     note="CuTe-DSL kernels compile at first use, not here")
 
     def _requested(self, names: list[str]) -> int:
-        return sum(a.requested_bytes for a in self.rt.spec.allocations if a.name in names)
+        return requested_bytes(self.rt.spec.allocations, names)
 
     def _factory(self, names: list[str]) -> Any:
         size = self._requested(names)
@@ -149,13 +151,9 @@ class B12xBackend:
                     covers=covers(self.names, "dcp_a2a", "eager"),
                     requested=self._requested(covers(self.names, "dcp_a2a", "eager")),
                     fn=partial(self._eager, self.dcp))
-        for arena, names, size, lifetime in workspace_arenas(rt.spec.allocations):
-            self.keep.append(
-                rt.step(arena, kind="workspace", lifetime=lifetime, covers=names, requested=size,
-                        fn=partial(rt.torch.empty, size, dtype=rt.torch.uint8, device=rt.device))
-            )
+        self.keep.extend(allocate_arenas(rt))
         for cap in capture_passes(cfg):
-            self._capture_pass(cap.name, cap.rollback, cap.role)
+            self._capture_pass(cap)
         for label, pool in (("oneshot", self.oneshot), ("dcp_a2a", self.dcp)):
             if pool is not None:
                 rt.note(f"{label} pool holds {len(pool._all_channels)} channel(s) after the capture passes")
@@ -169,12 +167,11 @@ class B12xBackend:
     def _make_dma(self, cls: Any, kwargs: dict[str, Any]) -> None:
         self.dma = cls(**kwargs)
 
-    def _capture_pass(self, name: str, rollback: bool, role: str) -> None:
+    def _capture_pass(self, cap: CapturePass) -> None:
         rt = self.rt
         pools = [p for p in (self.oneshot, self.dcp) if p is not None]
         if not pools:
             return
-        checkpoints = [p.checkpoint_channels() for p in pools] if rollback else []
         stream = rt.torch.cuda.Stream(device=rt.device) if rt.cuda else None
 
         def enter_and_leave() -> None:
@@ -182,19 +179,9 @@ class B12xBackend:
                 if stream is not None:
                     stack.enter_context(rt.torch.cuda.stream(stream))
                 for pool in pools:
-                    stack.enter_context(pool.capture(stream, channel_id=f"capture.{name}"))
+                    stack.enter_context(pool.capture(stream, channel_id=f"capture.{cap.name}"))
 
-        # A rolled-back pass and its rollback together realise what the pass leaves (its cached torch
-        # blocks): the report sums the two steps against the same entries.
-        names = pass_covers(self.names, role)
-        rt.step(f"capture.{name}", kind="ipc+torch", lifetime="profiled" if rollback else "graph-estimated",
-                covers=names, requested=self._requested(names), fn=enter_and_leave,
-                note="checkpointed" if rollback else ("leaks (V1)" if role == "leaked-profiling" else ""))
-        if rollback:
-            rt.step(f"capture.{name}.rollback", kind="ipc+torch", lifetime="profiled", covers=names,
-                    requested=0,
-                    fn=lambda: [p.rollback_channels(c) for p, c in zip(pools, checkpoints, strict=True)],
-                    note="rollback_channels returns the pass's IPC slabs; its torch blocks stay cached")
+        record_capture_pass(rt, self.names, cap, pools, enter_and_leave)
 
     def close(self) -> None:
         rt = self.rt

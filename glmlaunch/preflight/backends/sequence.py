@@ -6,8 +6,10 @@ them are checkpointed and rolled back, and which ledger entries a step of the se
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.preflight.types import PlannedAllocation
@@ -87,3 +89,49 @@ def workspace_arenas(entries: Iterable[PlannedAllocation]) -> list[tuple[str, li
         names = [m.name for m in members]
         out.append((f"workspace.{lane}", names, biggest.requested_bytes, biggest.lifetime))
     return out
+
+
+def requested_bytes(entries: Iterable[PlannedAllocation], names: list[str]) -> int:
+    return sum(a.requested_bytes for a in entries if a.name in names)
+
+
+def allocate_arenas(rt: Any, note: str = "") -> list[Any]:
+    """One step per workspace lane (its largest plan); returns the tensors, which the caller keeps."""
+    return [
+        rt.step(arena, kind="workspace", lifetime=lifetime, covers=names, requested=size,
+                fn=partial(rt.torch.empty, size, dtype=rt.torch.uint8, device=rt.device), note=note)
+        for arena, names, size, lifetime in workspace_arenas(rt.spec.allocations)
+    ]
+
+
+def record_capture_pass(
+    rt: Any, names: Iterable[str], cap: CapturePass, pools: list[Any], enter_and_leave: Callable[[], None]
+) -> None:
+    """The step of one capture pass (and of its rollback), measured against the entries it realises.
+
+    ``enter_and_leave`` enters every pool's capture context on the pass's own stream and leaves it, as
+    vLLM's ``graph_capture`` does; the checkpoints are taken before it runs.
+    """
+    checkpoints = [p.checkpoint_channels() for p in pools] if cap.rollback else []
+    # A rolled-back pass and its rollback together realise what the pass leaves (its cached torch
+    # blocks): the report sums the two steps against the same entries.
+    covered = pass_covers(names, cap.role)
+    rt.step(
+        f"capture.{cap.name}",
+        kind="ipc+torch",
+        lifetime="profiled" if cap.rollback else "graph-estimated",
+        covers=covered,
+        requested=requested_bytes(rt.spec.allocations, covered),
+        fn=enter_and_leave,
+        note="checkpointed" if cap.rollback else ("leaks (V1)" if cap.role == "leaked-profiling" else ""),
+    )
+    if cap.rollback:
+        rt.step(
+            f"capture.{cap.name}.rollback",
+            kind="ipc+torch",
+            lifetime="profiled",
+            covers=covered,
+            requested=0,
+            fn=lambda: [p.rollback_channels(c) for p, c in zip(pools, checkpoints, strict=True)],
+            note="rollback_channels returns the pass's IPC slabs; its torch blocks stay cached",
+        )

@@ -23,17 +23,18 @@ from __future__ import annotations
 
 import os
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from glmlaunch.preflight.backends.sequence import (
+    CapturePass,
+    allocate_arenas,
     capture_passes,
     covers,
     dcp_batch,
     dma_max_bytes,
-    pass_covers,
-    workspace_arenas,
+    record_capture_pass,
+    requested_bytes,
 )
 from glmlaunch.preflight.runtime import Runtime
 
@@ -168,10 +169,10 @@ class SparkinferBackend:
             )
         self._indexer()
         for cap in capture_passes(cfg):
-            self._capture_pass(cap.name, cap.rollback, cap.role)
+            self._capture_pass(cap)
 
     def _requested(self, names: list[str]) -> int:
-        return sum(a.requested_bytes for a in self.rt.spec.allocations if a.name in names)
+        return requested_bytes(self.rt.spec.allocations, names)
 
     def _check_all_reduce(self) -> None:
         torch, rt = self.rt.torch, self.rt
@@ -211,19 +212,13 @@ class SparkinferBackend:
         except ImportError as exc:
             rt.note(f"sparkinfer's indexer planner cannot be imported here ({exc}); the scratch arenas "
                     "use the ledger's sizes")
-        for arena, names, size, lifetime in workspace_arenas(rt.spec.allocations):
-            self.keep.append(
-                rt.step(arena, kind="workspace", lifetime=lifetime, covers=names, requested=size,
-                        fn=partial(rt.torch.empty, size, dtype=rt.torch.uint8, device=rt.device),
-                        note="one grow-only arena per lane: the largest plan")
-            )
+        self.keep.extend(allocate_arenas(rt, note="one grow-only arena per lane: the largest plan"))
 
-    def _capture_pass(self, name: str, rollback: bool, role: str) -> None:
+    def _capture_pass(self, cap: CapturePass) -> None:
         rt = self.rt
         pools = [p for p in (self.oneshot, self.dcp) if p is not None]
         if not pools:
             return
-        checkpoints = [p.checkpoint_channels() for p in pools] if rollback else []
         stream = rt.torch.cuda.Stream(device=rt.device)
         self.streams.append(stream)
 
@@ -234,17 +229,7 @@ class SparkinferBackend:
                 for pool in pools:
                     stack.enter_context(pool.capture(stream=stream))
 
-        # A rolled-back pass and its rollback together realise what the pass leaves (its cached torch
-        # blocks): the report sums the two steps against the same entries.
-        names = pass_covers(self.names, role)
-        rt.step(f"capture.{name}", kind="ipc+torch", lifetime="profiled" if rollback else "graph-estimated",
-                covers=names, requested=self._requested(names), fn=enter_and_leave,
-                note="checkpointed" if rollback else ("leaks (V1)" if role == "leaked-profiling" else ""))
-        if rollback:
-            rt.step(f"capture.{name}.rollback", kind="ipc+torch", lifetime="profiled", covers=names,
-                    requested=0,
-                    fn=lambda: [p.rollback_channels(c) for p, c in zip(pools, checkpoints, strict=True)],
-                    note="rollback_channels returns the pass's IPC slabs; its torch blocks stay cached")
+        record_capture_pass(rt, self.names, cap, pools, enter_and_leave)
 
     # --- teardown ----------------------------------------------------------------------------------
 
