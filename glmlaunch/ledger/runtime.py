@@ -28,105 +28,95 @@ NCCL_DCP_DEFAULT = 486 * MIB
 NONTORCH_DEFAULT = 448 * MIB
 
 
-def _value(ctx: Context, key: str, default: int, default_formula: str) -> tuple[int, str, str]:
+def _driver_entry(
+    ctx: Context,
+    *,
+    name: str,
+    key: str,
+    default: int,
+    default_formula: str,
+    lifetime: str,
+    condition: str,
+    reader: str,
+    note: str = "",
+) -> Draft:
+    """One fixed, non-torch allocation: the calibrated value when a record has one, else the default."""
     cal = ctx.calibrated(key)
     if cal is not None:
-        return cal, "calibrated", f"calibration.{key} = {fmt_int(cal)}"
-    return default, "default", default_formula
+        value, origin, formula = cal, "calibrated", f"calibration.{key} = {fmt_int(cal)}"
+    else:
+        value, origin, formula = default, "default", default_formula
+    return Draft(
+        name=name,
+        subsystem="runtime",
+        requested_bytes=value,
+        count=1,
+        kind="driver",
+        lifetime=lifetime,  # type: ignore[arg-type]
+        condition=condition,
+        reader=reader,
+        formula=formula,
+        origin=origin,  # type: ignore[arg-type]
+        alloc="fixed",
+        note=note,
+    )
 
 
 def entries(ctx: Context) -> list[Draft]:
     cfg = ctx.config
-    out: list[Draft] = []
-    v, o, f = _value(
-        ctx,
-        "cuda_context_bytes",
-        CUDA_CONTEXT_DEFAULT,
-        "651 * 1024 * 1024 (default: memory-model.md §1 on H200, driver 580.159; the preflight measured "
-        "527 MiB on 2x H200, torch 2.11 + CUDA 13.0: the larger is kept)",
-    )
-    out.append(
-        Draft(
+    out = [
+        _driver_entry(
+            ctx,
             name="runtime.cuda_context",
-            subsystem="runtime",
-            requested_bytes=v,
-            count=1,
-            kind="driver",
+            key="cuda_context_bytes",
+            default=CUDA_CONTEXT_DEFAULT,
+            default_formula="651 * 1024 * 1024 (default: memory-model.md §1 on H200, driver 580.159; the "
+            "preflight measured 527 MiB on 2x H200, torch 2.11 + CUDA 13.0: the larger is kept)",
             lifetime="pre-snapshot",
             condition="always (one process per GPU)",
             reader="CUDA driver",
-            formula=f,
-            origin=o,  # type: ignore[arg-type]
-            alloc="fixed",
         )
-    )
+    ]
     if cfg.parallel.tp > 1:
-        v, o, f = _value(
-            ctx,
-            "nccl_bytes",
-            NCCL_DEFAULT,
-            "936 * 1024 * 1024 (default: TP communicator measured by the preflight at 2 ranks over NVLink, "
-            "init + first all-reduce + broadcast_object_list; memory-model.md §1 quotes 842 MiB, 1 rank "
-            "650 MiB: the larger is kept; PCIe and 4 ranks differ: calibrate)",
-        )
         out.append(
-            Draft(
+            _driver_entry(
+                ctx,
                 name="runtime.nccl",
-                subsystem="runtime",
-                requested_bytes=v,
-                count=1,
-                kind="driver",
+                key="nccl_bytes",
+                default=NCCL_DEFAULT,
+                default_formula="936 * 1024 * 1024 (default: TP communicator measured by the preflight at 2 "
+                "ranks over NVLink, init + first all-reduce + broadcast_object_list; memory-model.md §1 "
+                "quotes 842 MiB, 1 rank 650 MiB: the larger is kept; PCIe and 4 ranks differ: calibrate)",
                 lifetime="pre-snapshot",
                 condition=f"TP {cfg.parallel.tp} > 1 (the TP group's NCCL communicator)",
                 reader="NCCL collectives",
-                formula=f,
-                origin=o,  # type: ignore[arg-type]
-                alloc="fixed",
             )
         )
     if cfg.parallel.dcp > 1:
-        v, o, f = _value(
-            ctx,
-            "nccl_dcp_bytes",
-            NCCL_DCP_DEFAULT,
-            "486 * 1024 * 1024 (default: vLLM's DCP communicator measured by the preflight at DCP 2 over "
-            "NVLink, 509,607,936 B per rank; PCIe and 4 ranks differ: calibrate)",
-        )
         out.append(
-            Draft(
+            _driver_entry(
+                ctx,
                 name="runtime.nccl_dcp",
-                subsystem="runtime",
-                requested_bytes=v,
-                count=1,
-                kind="driver",
+                key="nccl_dcp_bytes",
+                default=NCCL_DCP_DEFAULT,
+                default_formula="486 * 1024 * 1024 (default: vLLM's DCP communicator measured by the "
+                "preflight at DCP 2 over NVLink, 509,607,936 B per rank; PCIe and 4 ranks differ: calibrate)",
                 lifetime="pre-snapshot",
                 condition=f"DCP {cfg.parallel.dcp} > 1 (vLLM's separate DCP group and its NCCL communicator)",
                 reader="NCCL collectives of the DCP group",
-                formula=f,
-                origin=o,  # type: ignore[arg-type]
-                alloc="fixed",
                 note="a communicator of its own even when the DCP group's ranks are the TP group's",
             )
         )
-    v, o, f = _value(
-        ctx,
-        "nontorch_bytes",
-        NONTORCH_DEFAULT,
-        "448 * 1024 * 1024 (r14 log: 0.45 GiB non-torch minus the A2A eager channel)",
-    )
     out.append(
-        Draft(
+        _driver_entry(
+            ctx,
             name="runtime.nontorch_profiled",
-            subsystem="runtime",
-            requested_bytes=v,
-            count=1,
-            kind="driver",
+            key="nontorch_bytes",
+            default=NONTORCH_DEFAULT,
+            default_formula="448 * 1024 * 1024 (r14 log: 0.45 GiB non-torch minus the A2A eager channel)",
             lifetime="profiled",
             condition="always (NCCL lazy buffers, cuBLAS/cuBLASLt workspaces during the profile run)",
             reader="NCCL, cuBLAS",
-            formula=f,
-            origin=o,  # type: ignore[arg-type]
-            alloc="fixed",
         )
     )
     return out
