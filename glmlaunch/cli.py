@@ -26,6 +26,23 @@ app = typer.Typer(
 profiles_app = typer.Typer(help="List, show and describe deployment profiles.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
+
+def _version(value: bool) -> None:
+    if value:
+        from glmlaunch import __version__
+
+        sys.stdout.write(f"glmlaunch {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels."""
+
 ProfileOpt = Annotated[
     str | None,
     typer.Option("--profile", "-p", help="profile name or path (default: $GLMLAUNCH_PROFILE or turnkey)"),

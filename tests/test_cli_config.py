@@ -111,3 +111,13 @@ def test_light_commands_import_neither_torch_nor_pynvml(clean_env: dict[str, str
         [sys.executable, "-c", code], env=clean_env, capture_output=True, text=True, check=True
     )
     assert "HEAVY []" in res.stderr
+
+
+def test_version_and_help(clean_env: dict[str, str]) -> None:
+    from glmlaunch import __version__
+
+    res = run_cli("--version", env=clean_env)
+    assert res.returncode == 0 and res.stdout == f"glmlaunch {__version__}\n"
+    help_text = run_cli("--help", env=clean_env).stdout
+    for command in ("config", "env", "args", "plan", "audit", "diff", "hw", "check", "preflight", "serve"):
+        assert f"  {command} " in help_text
