@@ -8,6 +8,7 @@ has two bars: the whole GPU, and a zoom on everything but the weights.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -143,27 +144,46 @@ def _svg_bar(segs: tuple[Segment, ...], x: float, y: float, w: float, h: float) 
 
 def svg(ranks: tuple[RankLedger, ...], budget: Budget, *, title: str) -> str:
     """One SVG document: a whole-GPU bar and a zoom bar per rank, a legend, and the verdict."""
-    width, bar_w, x0 = 900, 760, 120
+    width, bar_w, x0 = 1000, 820, 150
     row_h = 70
-    top = 60
+    # Long titles and findings wrap to the picture's width (about 7 px per character at 12 px).
+    head, _, rest = title.partition(": ")
+    title_lines = [head + (":" if rest else ""), *textwrap.wrap(rest, 130)]
+    verdict = (
+        f"verdict: {budget.verdict} — margin {format_size(budget.margin)} (minimum "
+        f"{format_size(budget.min_margin)}), T = {format_size(budget.total)}"
+    )
+    findings = [("#b00020", f"- {r}") for r in budget.reasons] + [
+        ("#b35900", f"! {c}") for c in budget.cautions
+    ]
+    finding_lines = [
+        (colour, line) for colour, f in findings for line in textwrap.wrap(f, 150, subsequent_indent="  ")
+    ]
+    top = 30 + 18 * len(title_lines) + 18 * (1 + len(finding_lines)) + 10
     height = top + row_h * len(ranks) + 40 + 22 * len(_SEGMENTS) + 40
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
         f'  <rect width="{width}" height="{height}" fill="#ffffff"/>',
-        f'  <text x="20" y="28" font-size="16" font-weight="bold">{escape(title)}</text>',
-        f'  <text x="20" y="46" fill="#444">verdict: {escape(budget.verdict)} — margin '
-        f"{escape(format_size(budget.margin))} (minimum {escape(format_size(budget.min_margin))}), "
-        f"T = {escape(format_size(budget.total))}</text>",
     ]
+    y = 28
+    for i, line in enumerate(title_lines):
+        style = ' font-size="16" font-weight="bold"' if i == 0 else ' font-size="13"'
+        lines.append(f'  <text x="20" y="{y}"{style}>{escape(line)}</text>')
+        y += 18
+    lines.append(f'  <text x="20" y="{y}" fill="#444">{escape(verdict)}</text>')
+    y += 18
+    for colour, line in finding_lines:
+        lines.append(f'  <text x="20" y="{y}" fill="{colour}">{escape(line)}</text>')
+        y += 18
     y = top
     for rank in ranks:
         segs = segments(rank, budget)
         zoom = tuple(s for s in segs if s.key not in ("weights", "others"))
         lines.append(f'  <text x="20" y="{y + 16}">GPU {rank.gpu} (rank {rank.rank})</text>')
         lines += _svg_bar(segs, x0, y + 2, bar_w, 22)
-        lines.append(f'  <text x="20" y="{y + 44}" fill="#666">zoom: no weights</text>')
+        lines.append(f'  <text x="20" y="{y + 44}" fill="#666">zoom, no weights</text>')
         lines += _svg_bar(zoom, x0, y + 30, bar_w, 22)
         y += row_h
     y += 20

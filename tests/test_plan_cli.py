@@ -115,6 +115,17 @@ def test_svg_memory_map(tmp_path: Path, clean_env: dict[str, str]) -> None:
     assert "whole GPU" in out.stdout and "zoom" in out.stdout
 
 
+def test_svg_shows_the_verdicts_findings(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    svg = tmp_path / "turnkey.svg"
+    assert run_cli("plan", "-p", "turnkey", "--svg", str(svg), env=clean_env).returncode == 0
+    root = ET.parse(svg).getroot()
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    width = int(root.get("width") or 0)
+    # The caution (an unconfirmed max_model_len shortfall) is in the picture, wrapped to its width.
+    assert any(t.startswith("! unconfirmed: one 524,288-token request") for t in texts)
+    assert all(len(t) * 7 < width for t in texts)
+
+
 def test_plan_does_not_import_torch_or_b12x() -> None:
     code = (
         "import sys; from glmlaunch.plan import make_plan; make_plan('turnkey');"
