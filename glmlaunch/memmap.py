@@ -146,7 +146,7 @@ def svg(ranks: tuple[RankLedger, ...], budget: Budget, *, title: str) -> str:
     """One SVG document: a whole-GPU bar and a zoom bar per rank, a legend, and the verdict."""
     width, bar_w, x0 = 1000, 820, 150
     row_h = 70
-    # Long titles and findings wrap to the picture's width (about 7 px per character at 12 px).
+    # Long titles and findings wrap to the picture's width (about 6.5 px per character at 12 px).
     head, _, rest = title.partition(": ")
     title_lines = [head + (":" if rest else ""), *textwrap.wrap(rest, 130)]
     verdict = (
