@@ -20,7 +20,7 @@ from typing import Literal, NoReturn
 from glmlaunch.errors import LaunchError
 from glmlaunch.launch_env import LaunchEnvironment
 from glmlaunch.output import MASK, is_secret_name, mask_secrets, note, register_secrets
-from glmlaunch.registry import GLMLAUNCH_VLLM_BIN
+from glmlaunch.registry import GLMLAUNCH_VLLM_BIN, PATH
 
 DEFAULT_VLLM = "vllm"
 
@@ -155,7 +155,7 @@ def locate_vllm(cli_value: str | None, environ: Mapping[str, str]) -> VllmBinary
         if not os.access(path, os.X_OK):
             return VllmBinary(requested, source, None, f"{path} is not executable (chmod +x it)")
         return VllmBinary(requested, source, str(path.absolute()))
-    search = environ.get("PATH", os.defpath)
+    search = environ.get(PATH, os.defpath)
     found = shutil.which(requested, path=search)
     if found is None:
         return VllmBinary(requested, source, None, f"no executable {requested!r} on PATH ({search})")

@@ -17,6 +17,7 @@ from glmlaunch.errors import ConfigError
 from glmlaunch.hardware import get_inventory
 from glmlaunch.inventory import Gpu, Inventory, P2PCaps, save_inventory
 from glmlaunch.output import note, out_console, out_json, warn
+from glmlaunch.registry import CUDA_VISIBLE_DEVICES
 from glmlaunch.settings import ToolSettings
 from glmlaunch.units import format_size
 
@@ -62,7 +63,7 @@ def inventory_tables(inv: Inventory) -> list[Table]:
     head.add_row("CUDA (driver)", _opt(inv.cuda_driver_version))
     head.add_row("GPUs", f"{len(inv.gpus)} visible of {inv.host_gpu_count}")
     if inv.cuda_visible_devices is not None:
-        head.add_row("CUDA_VISIBLE_DEVICES", inv.cuda_visible_devices)
+        head.add_row(CUDA_VISIBLE_DEVICES, inv.cuda_visible_devices)
     head.add_row("source", inv.source)
     if inv.notes:
         head.add_row("notes", inv.notes)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from glmlaunch.registry import GLMLAUNCH_DEBUG
+from glmlaunch.registry import GLMLAUNCH_DEBUG, NO_COLOR
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -120,7 +120,7 @@ def note(message: str) -> None:
 
 def warn(message: str) -> None:
     line = "warning: " + mask_secrets(message)
-    if sys.stderr.isatty() and not os.environ.get("NO_COLOR"):
+    if sys.stderr.isatty() and not os.environ.get(NO_COLOR):
         line = f"\x1b[33m{line}\x1b[0m"
     sys.stderr.write(line + "\n")
     sys.stderr.flush()

@@ -40,6 +40,21 @@ GLMLAUNCH_STRICT = "GLMLAUNCH_STRICT"
 # CUDA variables glmlaunch also reads from the caller (hardware.py honours them when probing).
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+# Conventions glmlaunch honours: NO_COLOR turns colour off; PATH is where `vllm` is looked up.
+NO_COLOR = "NO_COLOR"
+PATH = "PATH"
+# Where the preflight looks for nvcc and for the JIT-built pools (the same cache vLLM uses).
+CUDA_HOME = "CUDA_HOME"
+TORCH_EXTENSIONS_DIR = "TORCH_EXTENSIONS_DIR"
+
+# b12x's own knobs: produced for vLLM on the b12x stack (MANAGED below), and pinned by the ledger's
+# b12x bridge while it asks the library's planners (ledger/b12x_bridge.py).
+B12X_FUSED_INDEXER = "B12X_FUSED_INDEXER"
+B12X_PAGED_INDEX_SUPERTILE_K = "B12X_PAGED_INDEX_SUPERTILE_K"
+B12X_INDEXER_TWO_LEVEL_FOLD = "B12X_INDEXER_TWO_LEVEL_FOLD"
+B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB = "B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB"
+B12X_PCIE_ONESHOT_PUSH = "B12X_PCIE_ONESHOT_PUSH"
+B12X_INDEXER_STREAM_SCORER = "B12X_INDEXER_STREAM_SCORER"
 
 TOOL_VARS: dict[str, str] = {
     GLMLAUNCH_PROFILE: "profile name or path used when -p/--profile is not given (default: turnkey)",
@@ -187,7 +202,7 @@ MANAGED: tuple[EnvSpec, ...] = (
         R12,
     ),
     EnvSpec(
-        "B12X_PCIE_ONESHOT_PUSH",
+        B12X_PCIE_ONESHOT_PUSH,
         "one-shot push mode (eager slab grows W-fold)",
         _when_pcie(lambda c: _flag(c.comm.oneshot_push)),
         ("comm.oneshot_push",),
@@ -231,7 +246,7 @@ MANAGED: tuple[EnvSpec, ...] = (
         R12,
     ),
     EnvSpec(
-        "B12X_PAGED_INDEX_SUPERTILE_K",
+        B12X_PAGED_INDEX_SUPERTILE_K,
         "paged indexer supertile tokens",
         lambda c: str(c.indexer.supertile_k),
         ("indexer.supertile_k",),
@@ -245,7 +260,7 @@ MANAGED: tuple[EnvSpec, ...] = (
         R12,
     ),
     EnvSpec(
-        "B12X_INDEXER_TWO_LEVEL_FOLD",
+        B12X_INDEXER_TWO_LEVEL_FOLD,
         "two-level top-k fold: auto, 0, 1",
         lambda c: c.indexer.fold,
         ("indexer.fold",),
@@ -259,7 +274,7 @@ MANAGED: tuple[EnvSpec, ...] = (
         R12,
     ),
     EnvSpec(
-        "B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB",
+        B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB,
         "budget of the fold's per-call candidate slab",
         lambda c: str(c.indexer.fold_max_mib),
         ("indexer.fold_max_mib",),
@@ -273,7 +288,7 @@ MANAGED: tuple[EnvSpec, ...] = (
         R12,
     ),
     EnvSpec(
-        "B12X_FUSED_INDEXER",
+        B12X_FUSED_INDEXER,
         "fused decode indexer route (rows <= 16)",
         lambda c: _flag(c.indexer.fused),
         ("indexer.fused",),
@@ -413,3 +428,35 @@ def managed_env(config: DeploymentConfig) -> dict[str, str]:
         if value is not None:
             out[spec.name] = value
     return out
+
+
+def reference_markdown() -> str:
+    """docs/environment.md: every name this registry declares (scripts/gen_env_docs.py writes it)."""
+    lines = [
+        "# Environment variables",
+        "",
+        "Generated from `glmlaunch/registry.py` by `scripts/gen_env_docs.py`; a test keeps it current.",
+        "",
+        "## glmlaunch's own",
+        "",
+        "| variable | meaning |",
+        "|---|---|",
+    ]
+    lines += [f"| `{name}` | {doc} |" for name, doc in TOOL_VARS.items()]
+    lines += [
+        "",
+        "Every setting is also reachable as `GLMLAUNCH_<SECTION>__<FIELD>` (for example",
+        "`GLMLAUNCH_SCHEDULER__MAX_NUM_SEQS=4`); passthrough variables as `GLMLAUNCH_ENV__<NAME>`.",
+        "",
+        "## Produced for vLLM and the kernels",
+        "",
+        "One setting becomes every name its library stack reads, and nothing it never reads.",
+        "",
+        "| variable | stacks | from settings | meaning |",
+        "|---|---|---|---|",
+    ]
+    for spec in MANAGED:
+        stacks = ", ".join(sorted(spec.stacks))
+        settings = ", ".join(f"`{s}`" for s in spec.settings) or "(fixed)"
+        lines.append(f"| `{spec.name}` | {stacks} | {settings} | {spec.doc} |")
+    return "\n".join(lines) + "\n"

@@ -89,3 +89,14 @@ def test_registry_names_are_unique_and_settings_exist() -> None:
     for spec in MANAGED:
         for setting in spec.settings:
             assert any(k == setting or k.startswith(setting + ".") for k in flat), (spec.name, setting)
+
+
+def test_environment_reference_is_current() -> None:
+    from conftest import REPO
+
+    from glmlaunch.registry import reference_markdown
+
+    committed = (REPO / "docs" / "environment.md").read_text(encoding="utf-8")
+    assert committed == reference_markdown(), "run: python scripts/gen_env_docs.py"
+    for spec in MANAGED:
+        assert f"`{spec.name}`" in committed

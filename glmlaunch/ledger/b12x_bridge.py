@@ -30,14 +30,22 @@ from typing import Any, ClassVar
 
 from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import align
+from glmlaunch.registry import (
+    B12X_FUSED_INDEXER,
+    B12X_INDEXER_STREAM_SCORER,
+    B12X_INDEXER_TWO_LEVEL_FOLD,
+    B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB,
+    B12X_PAGED_INDEX_SUPERTILE_K,
+    B12X_PCIE_ONESHOT_PUSH,
+)
 
 _ENV_KEYS = (
-    "B12X_FUSED_INDEXER",
-    "B12X_PAGED_INDEX_SUPERTILE_K",
-    "B12X_INDEXER_TWO_LEVEL_FOLD",
-    "B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB",
-    "B12X_PCIE_ONESHOT_PUSH",
-    "B12X_INDEXER_STREAM_SCORER",
+    B12X_FUSED_INDEXER,
+    B12X_PAGED_INDEX_SUPERTILE_K,
+    B12X_INDEXER_TWO_LEVEL_FOLD,
+    B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB,
+    B12X_PCIE_ONESHOT_PUSH,
+    B12X_INDEXER_STREAM_SCORER,
 )
 
 
@@ -204,7 +212,7 @@ class B12xLayouts:
         mode: str,
         budget_mib: int,
     ) -> tuple[int, int, str]:
-        env = {"B12X_INDEXER_TWO_LEVEL_FOLD": mode, "B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB": str(budget_mib)}
+        env = {B12X_INDEXER_TWO_LEVEL_FOLD: mode, B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB: str(budget_mib)}
         with _scoped_env(env):
             plan = self._mods["paged"]._plan_two_level_fold(
                 q_rows=q_rows,
@@ -234,7 +242,7 @@ def _indexer_plan(
     k = b.constants
     # The library applies its capacity cap only when the supertile is left to its default.
     explicit = 0 if supertile_k == k.indexer_supertile_default else supertile_k
-    env = {"B12X_FUSED_INDEXER": "1" if fused else "0", "B12X_PAGED_INDEX_SUPERTILE_K": None}
+    env = {B12X_FUSED_INDEXER: "1" if fused else "0", B12X_PAGED_INDEX_SUPERTILE_K: None}
     with _scoped_env(env):
         plan = scratch.plan_indexer_scratch(
             scratch.B12XIndexerScratchCaps(

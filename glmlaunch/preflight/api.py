@@ -29,7 +29,7 @@ from glmlaunch.preflight.types import (
     FaultSpec,
     PlannedAllocation,
 )
-from glmlaunch.registry import managed_env
+from glmlaunch.registry import CUDA_HOME, managed_env
 
 BackendChoice = Literal["auto", "sparkinfer", "b12x", "replay"]
 REPLAYED_KINDS = frozenset({"ipc", "torch", "workspace", "transient"})
@@ -127,7 +127,7 @@ def choose_backend(
             return BackendDecision(
                 "replay", "stack sparkinfer-r12 but the sparkinfer package is not importable"
             )
-        if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
+        if shutil.which("nvcc") is None and not os.environ.get(CUDA_HOME):
             return BackendDecision(
                 "replay", "sparkinfer JIT-builds its pools with nvcc, which is not on PATH"
             )

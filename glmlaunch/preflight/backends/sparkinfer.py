@@ -37,6 +37,7 @@ from glmlaunch.preflight.backends.sequence import (
     requested_bytes,
 )
 from glmlaunch.preflight.runtime import Runtime
+from glmlaunch.registry import TORCH_EXTENSIONS_DIR
 
 ONESHOT_WORLD_SIZES = (2, 4, 6, 8, 10)
 DCP_WORLD_SIZES = (2, 4, 8)
@@ -76,7 +77,7 @@ class SparkinferBackend:
     def build(self) -> None:
         wanted = [k for k, on in (("oneshot", self.use_oneshot), ("dma", self.use_dma),
                                   ("dcp_a2a", self.use_dcp)) if on]
-        root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+        root = Path(os.environ.get(TORCH_EXTENSIONS_DIR) or Path.home() / ".cache" / "torch_extensions")
         cold = {k: not _built(root, EXTENSIONS[k]) for k in wanted}
         seconds: dict[str, float] = {}
         from sparkinfer.comm.pcie import (  # type: ignore[import-not-found,unused-ignore]

@@ -1,0 +1,12 @@
+"""Write docs/environment.md from glmlaunch/registry.py (run after changing the registry)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glmlaunch.registry import reference_markdown
+
+if __name__ == "__main__":
+    target = Path(__file__).resolve().parent.parent / "docs" / "environment.md"
+    target.write_text(reference_markdown(), encoding="utf-8")
+    print(f"wrote {target}")
