@@ -15,7 +15,7 @@ capture pass grows torch's reserve by 22 MiB = this 2 MiB segment + the 20 MiB `
 from __future__ import annotations
 
 from glmlaunch.ledger import dcp_a2a
-from glmlaunch.ledger.channels import channel_plan
+from glmlaunch.ledger.channels import plan_for
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 from glmlaunch.ledger.footprint import TORCH_BLOCK
 
@@ -33,14 +33,7 @@ def entries(ctx: Context) -> list[Draft]:
         pools.append("DCP A2A")
     if not pools:
         return []
-    plan = channel_plan(
-        runner=cfg.runner,
-        mtp=cfg.mtp,
-        graphs=bool(ctx.capture_sizes),
-        single_channel=cfg.comm.single_channel,
-        estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
-        eager_lifetime="profiled",
-    )
+    plan = plan_for(ctx, "profiled")
     requested = EXCHANGE_BLOCKS * TORCH_BLOCK
     return [
         Draft(

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from glmlaunch.ledger.model import Lifetime
+
+if TYPE_CHECKING:
+    from glmlaunch.ledger.context import Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +124,16 @@ def stream_family(entry_name: str) -> str:
     """
     role = entry_name.rsplit(".", 1)[-1]
     return role if role in CAPTURE_STREAM_ROLES else ""
+
+
+def plan_for(ctx: Context, eager_lifetime: Lifetime) -> ChannelPlan:
+    """The channel plan of one pool under the context's configuration (runner, MTP, graphs, channels)."""
+    cfg = ctx.config
+    return channel_plan(
+        runner=cfg.runner,
+        mtp=cfg.mtp,
+        graphs=bool(ctx.capture_sizes),
+        single_channel=cfg.comm.single_channel,
+        estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
+        eager_lifetime=eager_lifetime,
+    )

@@ -8,7 +8,7 @@ D = kv_lora_rank (output), Dq = kv_lora_rank + qk_rope (query).
 from __future__ import annotations
 
 from glmlaunch.config import DeploymentConfig
-from glmlaunch.ledger.channels import channel_plan
+from glmlaunch.ledger.channels import plan_for
 from glmlaunch.ledger.context import Context, Draft, a256, fmt_int
 from glmlaunch.ledger.model import Origin
 
@@ -59,14 +59,7 @@ def entries(ctx: Context) -> list[Draft]:
         f"[B = {b}, H = {g.num_attention_heads}/{cfg.parallel.tp}*{w} "
         f"= {h}, D = {d}, Dq = {dq}; S6 = {k.dcp_a2a_signal_origin}]"
     )
-    plan = channel_plan(
-        runner=cfg.runner,
-        mtp=cfg.mtp,
-        graphs=bool(ctx.capture_sizes),
-        single_channel=cfg.comm.single_channel,
-        estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
-        eager_lifetime="profiled",
-    )
+    plan = plan_for(ctx, "profiled")
     return [
         Draft(
             name=f"dcp_a2a.slab.{grp.role}",

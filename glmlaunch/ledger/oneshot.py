@@ -14,7 +14,7 @@ cached (``oneshot.rank_data_cached.profiling-residue``), its slab returned.
 
 from __future__ import annotations
 
-from glmlaunch.ledger.channels import channel_plan
+from glmlaunch.ledger.channels import plan_for
 from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import Context, Draft, align, fmt_int
 from glmlaunch.ledger.model import Origin
@@ -57,14 +57,7 @@ def entries(ctx: Context) -> list[Draft]:
         f"  [E = max(allreduce {fmt_int(cfg.comm.oneshot_allreduce_max_size)}, "
         f"fused {fmt_int(cfg.comm.oneshot_fused_max_size)}, 16) = {fmt_int(e)}; E' = E * {shards} shard(s)]"
     )
-    plan = channel_plan(
-        runner=cfg.runner,
-        mtp=cfg.mtp,
-        graphs=bool(ctx.capture_sizes),
-        single_channel=cfg.comm.single_channel,
-        estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
-        eager_lifetime="pre-snapshot",
-    )
+    plan = plan_for(ctx, "pre-snapshot")
     rd = k.oneshot_rank_data_bytes
     out: list[Draft] = []
     for g in plan.groups:
