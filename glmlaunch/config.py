@@ -24,6 +24,9 @@ DmaWireMode = Literal["0", "ag", "ring", "a2a", "i8", "i8_ring", "i8_a2a", "mx",
 FoldMode = Literal["auto", "0", "1"]
 DraftSampleMethod = Literal["greedy", "probabilistic"]
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+#: NVFP4 MLA KV scale contract: "static" (calibrated per-layer scales, bf16 RoPE: 416 B record) or
+#: "dynamic-token" (per-token scales, FP8 RoPE: the 368 B record the launcher logs).
+KvScaleMode = Literal["static", "dynamic-token"]
 
 #: wire modes that quantize the all-reduce payload and therefore change model numerics.
 COMPRESSED_WIRE_MODES: frozenset[str] = frozenset(
@@ -206,6 +209,13 @@ class MemorySection(_Section):
     )
     estimate_cudagraphs: bool = True
     profile_include_attn: bool = True
+    kv_scale_mode: KvScaleMode | None = Field(
+        None,
+        description=(
+            "NVFP4 MLA KV scale contract (nvfp4_ds_mla only): 'static' keeps bf16 RoPE (416 B record), "
+            "'dynamic-token' per-token scales with FP8 RoPE (368 B record); null = static, nothing exported"
+        ),
+    )
 
 
 class NcclSection(_Section):
@@ -265,7 +275,14 @@ class DcpPolicySection(_Section):
     ckv_gather_max_tokens: int | None = Field(None, ge=0)
     indexer_shards: int | None = Field(None, ge=1)
     ckv_prefetch_depth: int | None = Field(None, ge=0)
-    ckv_prefetch_workspace_mib: int | None = Field(None, ge=0)
+    ckv_prefetch_workspace_mib: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "DCP prefill / CKV prefetch workspace ceiling in MiB (the launchers' DCP_PREFILL_WORKSPACE_MIB, "
+            "exported as VLLM_B12X_MLA_CKV_PREFETCH_WORKSPACE_MIB; the launchers default to 1024)"
+        ),
+    )
 
 
 class IndexerSection(_Section):
@@ -280,6 +297,19 @@ class IndexerSection(_Section):
     @classmethod
     def _fold(cls, value: object) -> object:
         return _fold_alias(value)
+
+
+class Exl3Section(_Section):
+    """EXL3 runtime knobs (only read when model.quantization is exl3)."""
+
+    prefill_capacity: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "VLLM_EXL3_PREFILL_CAPACITY: tokens the EXL3 prefill arenas are sized for (240 KiB/token for the "
+            "target model, 320 KiB/token for the MTP drafter); null follows scheduler.max_num_batched_tokens"
+        ),
+    )
 
 
 class CaptureRule(_Section):
@@ -336,6 +366,14 @@ class DeploymentConfig(_Section):
     runner: Runner = "v2"
     lmcache: bool = Field(False, description="LMCache host offload (forces expandable_segments off)")
     exl3_trellis_max_m: int | None = Field(None, ge=1, description="VLLM_EXL3_TRELLIS_MAX_M decode window")
+    vllm_version: str | None = Field(
+        None,
+        description=(
+            "the vLLM build this deployment runs (e.g. from a boot log); picks calibration terms logged by "
+            "that build. Default: the installed vLLM, else unknown (terms then average over builds)"
+        ),
+    )
+    exl3: Exl3Section = Exl3Section()
     model: ModelSection = ModelSection()
     hardware: HardwareSection = HardwareSection()
     parallel: ParallelSection = ParallelSection()
@@ -373,6 +411,24 @@ class DeploymentConfig(_Section):
     def decode_step(self) -> int:
         """Tokens per sequence per decode step: 1 + MTP k."""
         return 1 + self.mtp
+
+    @property
+    def is_exl3(self) -> bool:
+        return (self.model.quantization or "").lower() == "exl3"
+
+    @property
+    def exl3_prefill_capacity_effective(self) -> int:
+        """EXL3 prefill capacity: exl3.prefill_capacity, else max_num_batched_tokens (the launchers'
+        ``${VLLM_EXL3_PREFILL_CAPACITY:-${MAX_NUM_BATCHED_TOKENS}}``)."""
+        cap = self.exl3.prefill_capacity
+        return cap if cap is not None else self.scheduler.max_num_batched_tokens
+
+    @property
+    def kv_scale_mode_effective(self) -> KvScaleMode | None:
+        """The NVFP4 scale contract in force: None when the KV dtype is not nvfp4_ds_mla."""
+        if self.memory.kv_cache_dtype != "nvfp4_ds_mla":
+            return None
+        return self.memory.kv_scale_mode or "static"
 
     @property
     def gpu_list(self) -> list[int]:

@@ -36,6 +36,7 @@ GLMLAUNCH_INVENTORY = "GLMLAUNCH_INVENTORY"
 GLMLAUNCH_BACKEND = "GLMLAUNCH_BACKEND"
 GLMLAUNCH_SKIP_PREFLIGHT = "GLMLAUNCH_SKIP_PREFLIGHT"
 GLMLAUNCH_STRICT = "GLMLAUNCH_STRICT"
+GLMLAUNCH_RIG_DEFAULTS = "GLMLAUNCH_RIG_DEFAULTS"
 
 # CUDA variables glmlaunch also reads from the caller (hardware.py honours them when probing).
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
@@ -67,6 +68,7 @@ TOOL_VARS: dict[str, str] = {
     GLMLAUNCH_BACKEND: "preflight backend: auto, sparkinfer, b12x or replay",
     GLMLAUNCH_SKIP_PREFLIGHT: "1 makes `serve` skip the GPU preflight (stated on stderr)",
     GLMLAUNCH_STRICT: "1 makes warnings fail checks, like --strict",
+    GLMLAUNCH_RIG_DEFAULTS: "rig-defaults JSON (scripts/derive_rig_defaults.py) replacing the shipped one",
 }
 
 #: Settings reachable through the environment are ``GLMLAUNCH_<SECTION>__<FIELD>``.
@@ -125,6 +127,13 @@ def _when_dcp(fn: Callable[[DeploymentConfig], str | None]) -> Callable[[Deploym
 
 def _wire(c: DeploymentConfig) -> str | None:
     return c.comm.dma_wire_mode if c.comm.pcie_allreduce else None
+
+
+def _dynamic_scale(c: DeploymentConfig) -> str | None:
+    """1/0 for an explicit NVFP4 scale mode on nvfp4_ds_mla; nothing when unset or another KV dtype."""
+    if c.memory.kv_cache_dtype != "nvfp4_ds_mla" or c.memory.kv_scale_mode is None:
+        return None
+    return _flag(c.memory.kv_scale_mode == "dynamic-token")
 
 
 MANAGED: tuple[EnvSpec, ...] = (
@@ -313,6 +322,24 @@ MANAGED: tuple[EnvSpec, ...] = (
         ("exl3_trellis_max_m",),
     ),
     EnvSpec(
+        "VLLM_EXL3_PREFILL_CAPACITY",
+        "EXL3 prefill arena capacity in tokens (unset: the launchers use max_num_batched_tokens)",
+        lambda c: _opt_int(c.exl3.prefill_capacity),
+        ("exl3.prefill_capacity",),
+    ),
+    EnvSpec(
+        "VLLM_NVFP4_MLA_DYNAMIC_SCALE",
+        "1 = per-token NVFP4 MLA KV scales (dynamic-token, 368 B record), 0 = static scales",
+        _dynamic_scale,
+        ("memory.kv_scale_mode", "memory.kv_cache_dtype"),
+    ),
+    EnvSpec(
+        "KV_FP8_ROPE",
+        "1 = FP8 RoPE in the NVFP4 MLA KV record (dynamic-token), 0 = bf16 RoPE (static)",
+        _dynamic_scale,
+        ("memory.kv_scale_mode", "memory.kv_cache_dtype"),
+    ),
+    EnvSpec(
         "VLLM_DCP_QUERY_SPLIT",
         "DCP query split",
         _when_dcp(lambda c: _opt_flag(c.dcp_policy.query_split)),
@@ -356,7 +383,7 @@ MANAGED: tuple[EnvSpec, ...] = (
     ),
     EnvSpec(
         "VLLM_B12X_MLA_CKV_PREFETCH_WORKSPACE_MIB",
-        "compressed-KV prefetch workspace",
+        "DCP prefill / CKV prefetch workspace ceiling in MiB (launcher knob DCP_PREFILL_WORKSPACE_MIB)",
         _when_dcp(lambda c: _opt_int(c.dcp_policy.ckv_prefetch_workspace_mib)),
         ("dcp_policy.ckv_prefetch_workspace_mib",),
     ),

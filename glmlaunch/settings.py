@@ -38,6 +38,7 @@ class ToolSettings(BaseModel):
     backend: Literal["auto", "sparkinfer", "b12x", "replay"] | None = None
     skip_preflight: bool = False
     strict: bool = False
+    rig_defaults: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ToolSettings:

@@ -189,6 +189,27 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
             f"the EXL3 Trellis decode window is below max_num_seqs x (1 + MTP) = {window}",
             config.exl3_trellis_max_m,
         )
+    cap = config.exl3.prefill_capacity
+    if cap is not None and cap > config.scheduler.max_num_batched_tokens:
+        add(
+            "warning",
+            "exl3.prefill_capacity",
+            f"larger than scheduler.max_num_batched_tokens ({config.scheduler.max_num_batched_tokens}): the "
+            "scheduler never sends more, so the extra EXL3 arena (240 KiB/token, +320 KiB/token for the "
+            "MTP drafter) only takes KV cache memory",
+            cap,
+            hint=f"lower it to at most {config.scheduler.max_num_batched_tokens}, or leave it unset",
+        )
+    if config.memory.kv_scale_mode is not None and config.memory.kv_cache_dtype != "nvfp4_ds_mla":
+        add(
+            "error",
+            "memory.kv_scale_mode",
+            f"the NVFP4 MLA scale modes (static, dynamic-token) only apply to kv_cache_dtype "
+            f"nvfp4_ds_mla, not {config.memory.kv_cache_dtype}",
+            config.memory.kv_scale_mode,
+            ("null",),
+            hint="set memory.kv_scale_mode=null, or memory.kv_cache_dtype=nvfp4_ds_mla",
+        )
     if config.lmcache and config.memory.allocator.expandable_segments:
         add(
             "warning",

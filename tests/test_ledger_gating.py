@@ -107,7 +107,8 @@ def test_fold_gating(sets: tuple[str, ...], present: bool) -> None:
 def test_indexer_off_removes_plans_and_latent_hazard() -> None:
     led = ledger("turnkey", "indexer.sparse_indexer=false")
     assert not [n for n in led.names() if n.startswith("indexer.")]
-    assert led.latent == ()
+    # only the DCP prefill workspace ceiling (DCP 2, not an indexer hazard) stays latent
+    assert [e.name for e in led.latent] == ["dcp.prefill_workspace"]
 
 
 def test_indexer_decode_plan_is_absorbed_by_the_prefill_plan() -> None:

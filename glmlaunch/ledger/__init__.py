@@ -22,7 +22,9 @@ from glmlaunch.ledger import (
     activations,
     capture_stream,
     dcp_a2a,
+    dcp_prefill,
     dma,
+    exl3,
     fold,
     indexer,
     kv_cache,
@@ -150,6 +152,15 @@ _SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], t
     (indexer.entries, indexer.key),
     (activations.entries, activations.key),
     (fold.entries, fold.key),
+    # appended last so the packing of the entries above is unchanged by them
+    (exl3.entries, exl3.key),
+    (dcp_prefill.entries, dcp_prefill.key),
+)
+
+#: hazards a code path could allocate but the configuration does not charge (listed under ``latent``)
+_LATENT: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
+    (paged_logits.latent, paged_logits.key),
+    (dcp_prefill.latent, dcp_prefill.key),
 )
 
 # Calibration searches evaluate thousands of configurations that differ in a few knobs. Each subsystem's
@@ -197,7 +208,9 @@ def _assemble(
     for (fn, _key), kk in zip(_SUBSYSTEMS, keys, strict=True):
         drafts += _drafts(fn, kk, ctx)
     sized = _pack(drafts, expandable)
-    latent_drafts = _drafts(paged_logits.latent, paged_logits.key(ctx), ctx)
+    latent_drafts: tuple[Draft, ...] = ()
+    for fn, key in _LATENT:
+        latent_drafts += _drafts(fn, key(ctx), ctx)
     latent = tuple(_entry(d, transient_peak(d.pieces, expandable=expandable)) for d in latent_drafts)
     config, k = ctx.config, ctx.k
     notes: list[str] = []
@@ -232,6 +245,7 @@ def _kv_cached(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...])
         m.gpu_memory_utilization,
         m.kv_cache_memory_bytes,
         m.kv_cache_dtype,
+        m.kv_scale_mode,
         config.hardware.memory_per_gpu,
         config.parallel.dcp,
         config.scheduler.max_model_len,
@@ -259,7 +273,7 @@ def build_ledger(
     # allocator_conf's rule without building the string: LMCache forces expandable segments off
     expandable = config.memory.allocator.expandable_segments and not config.lmcache
     keys = tuple(key(ctx) for _fn, key in _SUBSYSTEMS)
-    full_key = (expandable, *keys, paged_logits.key(ctx))
+    full_key = (expandable, *keys, *(key(ctx) for _fn, key in _LATENT))
     built = _BUILT.get(full_key)
     if built is None:
         if len(_BUILT) >= _MEMO_LIMIT:

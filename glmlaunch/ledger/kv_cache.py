@@ -6,8 +6,12 @@ Per layer and token, sparse MLA stores the compressed latent (kv_lora_rank = 512
 * ``auto`` / ``bfloat16``: (512 + 64) * 2 = 1,152 B (exact).
 * ``fp8`` / ``fp8_e4m3`` / ``fp8_ds_mla``: the ds_mla record: 512 fp8 + 4 fp32 block scales (16 B) +
   64 bf16 rope (128 B) = 656 B. vLLM stores fp8 for a DSA model in this record.
-* ``nvfp4_ds_mla``: 512 fp4 (256 B) + one e4m3 scale per 16 (32 B) + 64 bf16 rope (128 B) = 416 B
-  (estimate: the record's exact padding is not public; r14 TP4/DCP4 logs imply ~405-410 B per layer).
+* ``nvfp4_ds_mla`` with ``memory.kv_scale_mode`` unset or ``static``: 512 fp4 (256 B) + one e4m3 scale per
+  16 (32 B) + 64 bf16 rope (128 B) = 416 B (estimate: the record's exact padding is not public).
+* ``nvfp4_ds_mla`` with ``memory.kv_scale_mode: dynamic-token`` (per-token scales, FP8 RoPE): 368 B, the
+  record the launcher and the library log (``FP8-RoPE 368-byte record``, ``kv_gmem_stride=368``). With
+  it, every logged ``GPU KV cache size`` of the TP4/DCP4 boot logs is reproduced exactly from the logged
+  ``Available KV cache memory`` (whole 64-token blocks per rank, times DCP).
 
 The indexer keeps its own K cache (index_head_dim 128 fp8 + a 4 B scale = 132 B) on the layers that run
 the full indexer (``F`` in index_topk_pattern, plus the MTP layer). Layers with KV: num_hidden_layers,
@@ -37,20 +41,37 @@ class KvGeometry:
     origin: Origin
 
 
-def _record(dtype: str, lora: int, rope: int) -> tuple[int, str, Origin]:
+#: the dynamic-token / FP8-RoPE NVFP4 MLA record (logged: "FP8-RoPE 368-byte record", kv_gmem_stride=368)
+NVFP4_DYNAMIC_RECORD = 368
+
+
+def _record(dtype: str, lora: int, rope: int, scale_mode: str | None = None) -> tuple[int, str, Origin]:
     if dtype in ("auto", "bfloat16"):
         return (lora + rope) * 2, f"({lora} + {rope}) * 2", "exact"
     if dtype in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
         return lora + (lora // 128) * 4 + rope * 2, f"{lora} + {lora}/128*4 + {rope}*2", "exact"
     # nvfp4_ds_mla
+    if scale_mode == "dynamic-token":
+        return (
+            NVFP4_DYNAMIC_RECORD,
+            f"dynamic-token FP8-RoPE record, logged: launcher + kv_gmem_stride={NVFP4_DYNAMIC_RECORD}",
+            "exact",
+        )
     return lora // 2 + lora // 16 + rope * 2, f"{lora}/2 + {lora}/16 + {rope}*2", "estimate"
 
 
 @lru_cache(maxsize=256)
 def _geometry(
-    dtype: str, lora: int, rope: int, layers: int, pattern: str, mtp_layers: int, index_head_dim: int
+    dtype: str,
+    lora: int,
+    rope: int,
+    layers: int,
+    pattern: str,
+    mtp_layers: int,
+    index_head_dim: int,
+    scale_mode: str | None = None,
 ) -> KvGeometry:
-    rec, rec_f, rec_o = _record(dtype, lora, rope)
+    rec, rec_f, rec_o = _record(dtype, lora, rope, scale_mode)
     index_layers = pattern.count("F") + mtp_layers
     kv_layers = layers + mtp_layers
     idx = index_head_dim + 4
@@ -73,6 +94,7 @@ def geometry(cfg: DeploymentConfig) -> KvGeometry:
         g.index_topk_pattern,
         mtp_layers,
         g.index_head_dim,
+        cfg.kv_scale_mode_effective,
     )
 
 
