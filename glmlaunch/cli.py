@@ -148,6 +148,23 @@ def profiles_schema_cmd(
     commands.profile_schema(output)
 
 
+@profiles_app.command("import")
+def profiles_import_cmd(
+    log: Annotated[Path, typer.Argument(help="a vLLM server log of one boot")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write the profile here (default: stdout)")
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option("--base", help="profile to extend (default: the closest built-in one)")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing --output file")] = False,
+) -> None:
+    """Write a profile that reproduces the configuration a vLLM boot log ran with."""
+    from glmlaunch import profile_import
+
+    profile_import.run_import(log, output=output, base=base, force=force)
+
+
 @app.command("preflight")
 def preflight_cmd(
     profile: ProfileOpt = None,
@@ -232,7 +249,12 @@ def calibrate_show_cmd(
 @calibrate_app.command("search")
 def calibrate_search_cmd(
     objective: Annotated[
-        str, typer.Option("--objective", help="max-batched-tokens, max-kv-bytes or max-gmu")
+        str,
+        typer.Option(
+            "--objective",
+            help="max-batched-tokens, max-prefill-capacity, max-kv-bytes, max-gmu, "
+            "or min-gmu (the lowest GMU vLLM accepts)",
+        ),
     ] = "max-batched-tokens",
     profile: ProfileOpt = None,
     set_: SetOpt = None,

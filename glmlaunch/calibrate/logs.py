@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from glmlaunch.calibrate.bootconfig import BootConfig, parse_boot_config, version_of
 from glmlaunch.units import GIB, KIB, MIB
 
 _UNIT_BYTES = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "KB": KIB, "MB": MIB, "GB": GIB, "TiB": 1024**4}
@@ -96,6 +97,44 @@ class DcpGeometry(BaseModel):
     output_head_dim: int
 
 
+class Exl3Plan(BaseModel):
+    """``EXL3 mixed Trellis runtime planned: …``: the target model's EXL3 runtime arena (rank 0 logs it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tiers: str | None = None
+    decode_capacity: int
+    prefill_capacity: int
+    scheduler_capacity: int
+    buffers_bytes: int
+
+
+class Exl3DraftPlan(BaseModel):
+    """``EXL3 rank-sliced runtime planned: …``: the MTP drafter's EXL3 arena (rank 0 logs it, MTP only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trellis_m_min: int
+    trellis_m_max: int
+    capacity: int
+    arena_bytes: int
+    scheduler_capacity: int
+    block_m: int | None = None
+    prefill_block_m: int | None = None
+    chunk: int | None = None
+    topk: int | None = None
+
+
+class PcieCrossovers(BaseModel):
+    """``Configured b12x PCIe crossovers: oneshot max=…, fused max=…, DMA min=….`` (bytes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    oneshot_max_bytes: int
+    fused_max_bytes: int
+    dma_min_bytes: int
+
+
 class RankObservation(BaseModel):
     """Everything one worker process said about memory during one boot."""
 
@@ -114,6 +153,8 @@ class RankObservation(BaseModel):
     graph_estimate_retained_bytes: int | None = None
     graph_actual_bytes: int | None = None
     graph_pool_estimate_bytes: int | None = None
+    graph_capture_bytes: int | None = None
+    graph_capture_seconds: float | None = None
     free_at_start_bytes: int | None = None
     total_bytes: int | None = None
     gpu_memory_utilization: float | None = None
@@ -126,6 +167,10 @@ class RankObservation(BaseModel):
     kv_in_use_bytes: int | None = None
     dcp: DcpGeometry | None = None
     dcp_transient_bytes: int | None = None
+    exl3: Exl3Plan | None = None
+    exl3_draft: Exl3DraftPlan | None = None
+    ckv_gather_capacity_tokens: int | None = None
+    crossovers: PcieCrossovers | None = None
     refusals: list[Refusal] = []
     found: list[str] = []
     missing: list[str] = []
@@ -167,6 +212,8 @@ class BootLog(BaseModel):
     ends_mid_line: bool = False
     complete: bool = False
     repeated_ranks: list[str] = []
+    failure: str | None = None  # the first exception a boot that was not refused died of
+    boot_config: BootConfig | None = None  # the configuration that booted (launcher header, vLLM args)
 
     @property
     def refused(self) -> bool:
@@ -244,6 +291,39 @@ def _dcp(m: re.Match[str]) -> dict[str, object]:
     }
 
 
+def _exl3_plan(m: re.Match[str]) -> dict[str, object]:
+    return {
+        "exl3": Exl3Plan(
+            tiers=m.group("tiers"),
+            decode_capacity=int(m.group("dec")),
+            prefill_capacity=int(m.group("pre")),
+            scheduler_capacity=int(m.group("sch")),
+            buffers_bytes=_to_bytes(m.group(5), m.group(6)),
+        )
+    }
+
+
+def _opt(m: re.Match[str], name: str) -> int | None:
+    value = m.group(name)
+    return int(value) if value is not None else None
+
+
+def _exl3_draft_plan(m: re.Match[str]) -> dict[str, object]:
+    return {
+        "exl3_draft": Exl3DraftPlan(
+            trellis_m_min=int(m.group("mlo")),
+            trellis_m_max=int(m.group("mhi")),
+            block_m=_opt(m, "bm"),
+            prefill_block_m=_opt(m, "pbm"),
+            capacity=int(m.group("cap")),
+            arena_bytes=_to_bytes(m.group(6), m.group(7)),
+            scheduler_capacity=int(m.group("sch")),
+            chunk=_opt(m, "chunk"),
+            topk=_opt(m, "topk"),
+        )
+    }
+
+
 _WORKER_MATCHERS: tuple[_Matcher, ...] = (
     _Matcher(
         "weights",
@@ -305,6 +385,69 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
         ),
         lambda m: {"dcp_transient_bytes": _to_bytes(m.group(1), m.group(2))},
     ),
+    _Matcher(
+        "graph_capture",
+        "Graph capturing finished in",
+        re.compile(rf"Graph capturing finished in {_NUM} ?s(?:ecs?|econds)?, took {_NUM} ?(GiB|MiB)"),
+        lambda m: {
+            "graph_capture_seconds": float(m.group(1)),
+            "graph_capture_bytes": _to_bytes(m.group(2), m.group(3)),
+        },
+    ),
+    _Matcher(
+        "exl3_plan",
+        "EXL3 mixed Trellis runtime planned",
+        re.compile(
+            r"EXL3 mixed Trellis runtime planned:(?: tiers=(?P<tiers>\(\(.*?\)\)))?"
+            r" decode_capacity=(?P<dec>[0-9]+) prefill_capacity=(?P<pre>[0-9]+)"
+            rf" scheduler_capacity=(?P<sch>[0-9]+) buffers={_NUM} ?(GiB|MiB|KiB|B)\b"
+        ),
+        _exl3_plan,
+    ),
+    _Matcher(
+        "exl3_draft_plan",
+        "EXL3 rank-sliced runtime planned",
+        re.compile(
+            r"EXL3 rank-sliced runtime planned: Trellis m=(?P<mlo>[0-9]+)\.\.(?P<mhi>[0-9]+)"
+            r"(?: block_m=(?P<bm>[0-9]+))?,?(?: prefill trellis block_m=(?P<pbm>[0-9]+))?"
+            rf" capacity=(?P<cap>[0-9]+) arena={_NUM} ?(GiB|MiB|KiB|B)"
+            r" scheduler_capacity=(?P<sch>[0-9]+)(?: chunk=(?P<chunk>[0-9]+))?(?: topk=(?P<topk>[0-9]+))?"
+        ),
+        _exl3_draft_plan,
+    ),
+    _Matcher(
+        "ckv_gather",
+        "Using transient full-CKV gather",
+        re.compile(
+            r"Using transient full-CKV gather for B12X sparse MLA prefill \(capacity=([0-9]+) logical"
+        ),
+        lambda m: {"ckv_gather_capacity_tokens": int(m.group(1))},
+    ),
+    _Matcher(
+        "crossovers",
+        "PCIe crossovers:",
+        re.compile(r"PCIe crossovers: oneshot max=([0-9]+), fused max=([0-9]+), DMA min=([0-9]+)"),
+        lambda m: {
+            "crossovers": PcieCrossovers(
+                oneshot_max_bytes=int(m.group(1)),
+                fused_max_bytes=int(m.group(2)),
+                dma_min_bytes=int(m.group(3)),
+            )
+        },
+    ),
+)
+
+#: Lines that every rank writes on a complete boot (``dcp_collectives`` only with DCP).
+#: ``kv_available`` is written by the driver rank only (rank 0) in the r14 tree; the lines after the
+#: table below are informative: a rank that lacks them is not missing anything.
+RANK0_FIELDS: tuple[str, ...] = ("kv_available",)
+OPTIONAL_FIELDS: tuple[str, ...] = (
+    "dcp_transient",
+    "graph_capture",
+    "exl3_plan",
+    "exl3_draft_plan",
+    "ckv_gather",
+    "crossovers",
 )
 
 _ENGINE_MATCHERS: tuple[_Matcher, ...] = (
@@ -322,10 +465,6 @@ _ENGINE_MATCHERS: tuple[_Matcher, ...] = (
     ),
 )
 
-_VERSION_RES = (
-    re.compile(r"vLLM API server version ([0-9][^\s,]*)"),
-    re.compile(r"Initializing a V[0-9] LLM engine \(v([0-9][^\s)]*)\)"),
-)
 
 _KV_REFUSAL_LEAD = "KV cache is needed, which is larger than the available KV cache memory"
 _NO_KV_LEAD = "No available memory for the cache blocks"
@@ -422,6 +561,42 @@ def _rank_sort_key(obs: RankObservation) -> tuple[int, int, int, str]:
     return (obs.dp_rank or 0, obs.pp_rank or 0, obs.tp_rank if obs.tp_rank is not None else 1 << 30, obs.rank)
 
 
+_FAILURE_RE = re.compile(r"\b((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)")
+
+
+def _worker_key(process: str, pid: int | None) -> str:
+    """Accumulator key: a ranked worker by its name; an unranked ``(Worker pid=N)`` by its pid."""
+    if _RANK_PART_RE.search(process) or pid is None:
+        return process
+    return f"{process} pid={pid}"
+
+
+def _merge_unranked(workers: dict[str, _Acc]) -> dict[str, _Acc]:
+    """Fold each ``(Worker pid=N)`` accumulator into the ranked worker that pid was renamed to.
+
+    vLLM names a worker ``Worker`` until its rank is known, then ``Worker_TPx_DCPy``; the pid is the same
+    process. Lines of an unranked pid that was never renamed (a boot cut short) stay a rank of their own.
+    """
+    by_pid: dict[int, _Acc] = {}
+    for key, acc in workers.items():
+        if _RANK_PART_RE.search(key):
+            for pid in acc.pids:
+                by_pid.setdefault(pid, acc)
+    merged: dict[str, _Acc] = {}
+    for key, acc in workers.items():
+        target = by_pid.get(acc.pids[0]) if acc.pids and not _RANK_PART_RE.search(key) else None
+        if target is None:
+            merged.setdefault(key, acc)
+            continue
+        # The unranked lines came first: the ranked worker's own values win where both said something.
+        target.values = {**acc.values, **target.values}
+        target.found = [k for k in acc.found if k not in target.found] + target.found
+        target.unparsed = acc.unparsed + target.unparsed
+        target.refusals = acc.refusals + [r for r in target.refusals if r not in acc.refusals]
+        target.repeated = target.repeated or acc.repeated
+    return merged
+
+
 def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     """Parse one boot log's text; never raises on malformed content (it is reported instead)."""
     workers: dict[str, _Acc] = {}
@@ -429,21 +604,23 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     engine_name: str | None = None
     unattributed: list[Refusal] = []
     version: str | None = None
+    failure: str | None = None
 
     for msg in iter_messages(text):
         if version is None:
-            for vre in _VERSION_RES:
-                vm = vre.search(msg.text)
-                if vm:
-                    version = vm.group(1)
-                    break
+            version = version_of(msg.text)
         refusal = _refusal(msg.text)
+        if refusal is None and failure is None:
+            fm = _FAILURE_RE.search(msg.text)
+            if fm:
+                failure = f"{fm.group(1)}: {fm.group(2).strip()}"[:300]
         if msg.process is None:
             if refusal is not None and refusal not in unattributed:
                 unattributed.append(refusal)
             continue
         if _is_worker(msg.process):
-            acc = workers.setdefault(msg.process, _Acc(name=msg.process))
+            key = _worker_key(msg.process, msg.pid)
+            acc = workers.setdefault(key, _Acc(name=key))
             if msg.pid is not None and msg.pid not in acc.pids:
                 acc.pids.append(msg.pid)
             if refusal is not None:
@@ -461,6 +638,7 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
         elif refusal is not None and refusal not in unattributed:
             unattributed.append(refusal)
 
+    workers = _merge_unranked(workers)
     attributed = [r for a in (engine, *workers.values()) for r in a.refusals]
     # A worker's or EngineCore's exception is often echoed again, unprefixed, by the parent process.
     unattributed = [r for r in unattributed if r not in attributed]
@@ -481,6 +659,7 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
         bool(ranks) and all(not r.missing for r in ranks) and engine_obs.kv_cache_tokens is not None
     )
     raw = text.encode("utf-8", "surrogateescape")
+    boot_config = parse_boot_config(text)
     return BootLog(
         source=source,
         sha256=hashlib.sha256(raw).hexdigest(),
@@ -491,7 +670,14 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
         ends_mid_line=bool(text) and not text.endswith(("\n", "\r")),
         complete=complete,
         repeated_ranks=[a.name for a in workers.values() if a.repeated],
+        failure=None if refused else failure,
+        boot_config=None if boot_config.empty else boot_config,
     )
+
+
+def _is_first_rank(name: str) -> bool:
+    """The driver rank (all rank indices 0), which alone writes the lines in RANK0_FIELDS."""
+    return all(v == 0 for v in _rank_indices(name).values())
 
 
 def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
@@ -500,7 +686,8 @@ def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
     free_line_w = values.pop("weights_free_line_bytes", None)
     if values.get("weights_bytes") is None and free_line_w is not None:
         values["weights_bytes"] = free_line_w
-    expected = list(WORKER_FIELDS)
+    first = _is_first_rank(acc.name)
+    expected = [k for k in WORKER_FIELDS if first or k not in RANK0_FIELDS]
     if "_DCP" in acc.name:
         expected.append("dcp_collectives")
     if "start-gate" in refusal_kinds:

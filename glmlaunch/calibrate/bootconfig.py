@@ -1,0 +1,621 @@
+"""The configuration a vLLM boot ran with, read back from its log.
+
+A boot log of the target rig carries the configuration three times over:
+
+* the launcher's header: the GPUs (``nvidia-smi`` lines), the ``>>> effective configuration`` table
+  (``NAME = VALUE [source]``), the ``>>> profile runtime: NAME=VALUE`` environment, the NVFP4 KV scale
+  mode, the DCP prefill policy and the CKV gather capacity;
+* vLLM's own ``non-default args: {…}``: a Python ``repr`` of a dict whose enum members print as
+  ``<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>``. It is parsed without ``eval``: every enum repr is
+  replaced by the string ``'CUDAGraphMode.FULL_AND_PIECEWISE'`` and the rest goes to
+  :func:`ast.literal_eval`, which accepts literals only (a call such as ``__import__('os')`` is refused);
+* the workers' lines: the V2 runner, the EXL3 runtime plan, the PCIe crossovers the comm layer chose.
+
+:func:`parse_boot_config` keeps all of it in a frozen, JSON-safe :class:`BootConfig` (a calibration record
+stores it inside the parsed :class:`~glmlaunch.calibrate.logs.BootLog`); :func:`boot_settings` maps it
+onto glmlaunch's dotted setting keys, and :func:`map_boot` also says where each value came from and which
+launcher environment is left over for ``env:`` passthrough.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from glmlaunch.units import GIB, KIB, MIB
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
+_UNITS = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB}
+
+#: Where vLLM states its version: the API server line, the start-up banner (box-drawing art, then
+#: ``version 0.11.2.dev280+…`` or ``version dev``) and the engine's ``Initializing a V1 LLM engine (v…)``.
+VERSION_RES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"vLLM API server version ([0-9A-Za-z][^\s,]*)"),
+    re.compile(r"[\u2580-\u259f]\s+version\s+([0-9A-Za-z][^\s,]*)\s*$"),
+    re.compile(r"Initializing a V[0-9] LLM engine \(v([0-9A-Za-z][^\s)]*)\)"),
+)
+
+_ARGS_RE = re.compile(r"non-default args: (\{.*)$")
+_EFFECTIVE_HEAD_RE = re.compile(r"^>>> effective configuration\b")
+_EFFECTIVE_ROW_RE = re.compile(r"^\s+([A-Z][A-Z0-9_]*)\s+=\s?(.*?)\s*\[([^\]]*)\]\s*$")
+_RUNTIME_RE = re.compile(r"^>>> profile runtime: ([A-Za-z_][A-Za-z0-9_]*)=(.*?)\s*$")
+_GPU_RE = re.compile(r"^(NVIDIA [^,]+), ([0-9]+) MiB, ([0-9][0-9.]*)\s*$")
+_FAMILY_RE = re.compile(r"^>>> model family: (.+?)\s*$")
+_SCALE_RE = re.compile(r">>> NVFP4 MLA scale mode: ([A-Za-z0-9_-]+)(?: \((.*)\))?")
+_POLICY_RE = re.compile(r"DCP prefill policy: ((?:[A-Za-z-]+=-?[0-9]+\s*)+)")
+_CKV_CAPACITY_RE = re.compile(r"full CKV gather capacity: ([0-9]+) tokens")
+_RUNNER_RE = re.compile(r"Using V([12]) Model Runner")
+_EXL3_RE = re.compile(
+    r"EXL3 mixed Trellis runtime planned:.*? decode_capacity=([0-9]+) prefill_capacity=([0-9]+)"
+    r" scheduler_capacity=([0-9]+)(?: buffers=([0-9.]+) ?(GiB|MiB|KiB|B)\b)?"
+)
+_CROSSOVER_RE = re.compile(r"PCIe crossovers: oneshot max=([0-9]+), fused max=([0-9]+), DMA min=([0-9]+)")
+
+
+class BootConfigError(ValueError):
+    """A ``non-default args`` dict that is not plain Python literals (refused, never evaluated)."""
+
+
+class BootConfig(BaseModel):
+    """Everything a boot log says about the configuration that booted; JSON-safe and frozen."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vllm_version: str | None = None
+    vllm_args: dict[str, Any] | None = None
+    vllm_args_error: str | None = None  # why a `non-default args` line did not parse
+    effective: dict[str, tuple[str, str]] = {}  # launcher name -> (value, source such as "env")
+    runtime_env: dict[str, str] = {}  # `>>> profile runtime:` lines
+    model_family: str | None = None
+    kv_scale_mode: str | None = None
+    kv_scale_detail: str | None = None
+    dcp_prefill_policy: dict[str, int] | None = None  # as printed: query-split, min-context, …
+    ckv_gather_capacity_tokens: int | None = None
+    runner: str | None = None  # "v2" from `Using V2 Model Runner`; None when the log does not say
+    gpu_model: str | None = None
+    gpu_memory_mib: int | None = None
+    gpu_driver: str | None = None
+    gpu_count: int | None = None
+    exl3_decode_capacity: int | None = None
+    exl3_prefill_capacity: int | None = None
+    exl3_scheduler_capacity: int | None = None
+    exl3_buffers_bytes: int | None = None
+    oneshot_max_bytes: int | None = None
+    fused_max_bytes: int | None = None
+    dma_min_bytes: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self == BootConfig()
+
+
+# --- the Python-repr dict, without eval ----------------------------------------------------------
+
+_ENUM_HEAD_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?=[:>])")
+_OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+
+def _skip_string(text: str, i: int) -> int:
+    """Index just past the string literal starting at ``text[i]`` (a quote)."""
+    quote = text[i]
+    if text.startswith(quote * 3, i):
+        end = text.find(quote * 3, i + 3)
+        return len(text) if end < 0 else end + 3
+    j = i + 1
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == quote:
+            return j + 1
+        j += 1
+    return len(text)
+
+
+def _enum_end(text: str, i: int) -> int:
+    """Index just past the ``>`` that closes the enum repr opened at ``text[i] == '<'`` (balanced)."""
+    stack: list[str] = []
+    j = i
+    while j < len(text):
+        ch = text[j]
+        if ch in "'\"":
+            j = _skip_string(text, j)
+            continue
+        if ch in _OPEN:
+            stack.append(_OPEN[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return j + 1
+        j += 1
+    raise BootConfigError("an enum repr <…> is not closed")
+
+
+def replace_enum_reprs(text: str) -> str:
+    """``<Name.MEMBER: value>`` (balanced, outside string literals) -> ``'Name.MEMBER'``.
+
+    Any other ``<`` outside a string is refused: it is not a literal this parser knows.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "'\"":
+            j = _skip_string(text, i)
+            out.append(text[i:j])
+            i = j
+            continue
+        if ch == "<":
+            m = _ENUM_HEAD_RE.match(text, i)
+            if m is None:
+                raise BootConfigError(
+                    f"unexpected '<' at offset {i}: only enum reprs <Name.MEMBER: …> are read"
+                )
+            j = _enum_end(text, i)
+            out.append(repr(m.group(1)))
+            i = j
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_json_safe(v) for v in value), key=repr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    return str(value)
+
+
+def parse_args_repr(text: str) -> dict[str, Any]:
+    """vLLM's ``non-default args`` dict as JSON-safe data; literals only, never evaluated as code."""
+    try:
+        value = ast.literal_eval(replace_enum_reprs(text.strip()))
+    except BootConfigError:
+        raise
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        raise BootConfigError(f"not a Python literal: {type(exc).__name__}: {exc}"[:200]) from None
+    if not isinstance(value, dict):
+        raise BootConfigError(f"expected a dict, got {type(value).__name__}")
+    result = _json_safe(value)
+    assert isinstance(result, dict)
+    return result
+
+
+# --- the whole log ---------------------------------------------------------------------------------
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in re.split(r"\r\n|\r|\n", _ANSI_RE.sub("", text)) if line.strip()]
+
+
+def version_of(text: str) -> str | None:
+    for vre in VERSION_RES:
+        vm = vre.search(text)
+        if vm:
+            return vm.group(1)
+    return None
+
+
+def parse_boot_config(text: str) -> BootConfig:
+    """Read the booted configuration from a log's text; never raises (a bad args line is reported)."""
+    values: dict[str, Any] = {}
+    effective: dict[str, tuple[str, str]] = {}
+    runtime: dict[str, str] = {}
+    gpus: list[tuple[str, int, str]] = []
+    in_table = False
+    in_gpus = False
+    for line in _lines(text):
+        if in_table:
+            row = _EFFECTIVE_ROW_RE.match(line)
+            if row:
+                effective[row.group(1)] = (row.group(2).strip(), row.group(3).strip())
+                continue
+            in_table = False
+        if _EFFECTIVE_HEAD_RE.match(line):
+            in_table = True
+            continue
+        gpu = _GPU_RE.match(line)
+        if gpu:
+            if not in_gpus:
+                gpus = []  # a second boot in the same file: the later one wins
+            gpus.append((gpu.group(1), int(gpu.group(2)), gpu.group(3)))
+            in_gpus = True
+            continue
+        in_gpus = False
+        if "version" in line and values.get("vllm_version") is None:
+            found = version_of(line)
+            if found:
+                values["vllm_version"] = found
+        _scan_line(line, values, runtime)
+    if gpus:
+        values.update(
+            gpu_model=gpus[0][0], gpu_memory_mib=gpus[0][1], gpu_driver=gpus[0][2], gpu_count=len(gpus)
+        )
+    return BootConfig(effective=effective, runtime_env=runtime, **values)
+
+
+def _scan_line(line: str, values: dict[str, Any], runtime: dict[str, str]) -> None:
+    if m := _RUNTIME_RE.match(line):
+        runtime[m.group(1)] = m.group(2)
+    elif m := _ARGS_RE.search(line):
+        try:
+            values["vllm_args"] = parse_args_repr(m.group(1))
+            values["vllm_args_error"] = None
+        except BootConfigError as exc:
+            values["vllm_args"] = None
+            values["vllm_args_error"] = str(exc)
+    elif m := _FAMILY_RE.match(line):
+        values["model_family"] = m.group(1)
+    elif m := _SCALE_RE.search(line):
+        values["kv_scale_mode"], values["kv_scale_detail"] = m.group(1), m.group(2)
+    elif m := _POLICY_RE.search(line):
+        values["dcp_prefill_policy"] = {
+            k: int(v) for k, v in re.findall(r"([A-Za-z-]+)=(-?[0-9]+)", m.group(1))
+        }
+    elif m := _CKV_CAPACITY_RE.search(line):
+        values["ckv_gather_capacity_tokens"] = int(m.group(1))
+    elif m := _RUNNER_RE.search(line):
+        # `Using V1 Model Runner` is printed by more than the runner choice in this tree: unknown.
+        values["runner"] = "v2" if m.group(1) == "2" else values.get("runner")
+    elif m := _EXL3_RE.search(line):
+        values.update(
+            exl3_decode_capacity=int(m.group(1)),
+            exl3_prefill_capacity=int(m.group(2)),
+            exl3_scheduler_capacity=int(m.group(3)),
+            exl3_buffers_bytes=round(float(m.group(4)) * _UNITS[m.group(5)]) if m.group(4) else None,
+        )
+    elif m := _CROSSOVER_RE.search(line):
+        values.update(
+            oneshot_max_bytes=int(m.group(1)), fused_max_bytes=int(m.group(2)), dma_min_bytes=int(m.group(3))
+        )
+
+
+# --- onto glmlaunch's settings -----------------------------------------------------------------
+
+#: vLLM's default GPU memory utilization in this fork, when neither the args nor the launcher say.
+VLLM_DEFAULT_GMU = 0.92
+
+#: `>>> profile runtime:` variables that are glmlaunch settings (and so never passed through ``env:``).
+RUNTIME_SETTINGS: dict[str, str] = {
+    "VLLM_DCP_TOPK_OWNER_MERGE": "dcp_policy.topk_owner_merge",
+    "VLLM_PCIE_ONESHOT_SINGLE_CHANNEL": "comm.single_channel",
+    "SPARKINFER_FUSED_INDEXER": "indexer.fused",
+    "B12X_FUSED_INDEXER": "indexer.fused",
+    "SPARKINFER_PAGED_INDEX_SUPERTILE_K": "indexer.supertile_k",
+    "B12X_PAGED_INDEX_SUPERTILE_K": "indexer.supertile_k",
+    "SPARKINFER_INDEXER_TWO_LEVEL_FOLD_MAX_MIB": "indexer.fold_max_mib",
+    "B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB": "indexer.fold_max_mib",
+    "SPARKINFER_INDEXER_TWO_LEVEL_FOLD": "indexer.fold",
+    "B12X_INDEXER_TWO_LEVEL_FOLD": "indexer.fold",
+    "PYTORCH_CUDA_ALLOC_CONF": "memory.allocator.expandable_segments",
+    "VLLM_EXL3_TRELLIS_MAX_M": "exl3_trellis_max_m",
+}
+_BOOL_SETTINGS = frozenset({"dcp_policy.topk_owner_merge", "comm.single_channel", "indexer.fused"})
+_INT_SETTINGS = frozenset({"indexer.supertile_k", "indexer.fold_max_mib", "exl3_trellis_max_m"})
+
+#: vLLM args with a setting each (args key -> dotted setting).
+_ARG_SETTINGS: dict[str, str] = {
+    "model": "model.path",
+    "quantization": "model.quantization",
+    "load_format": "model.load_format",
+    "revision": "model.revision",
+    "trust_remote_code": "model.trust_remote_code",
+    "tensor_parallel_size": "parallel.tp",
+    "decode_context_parallel_size": "parallel.dcp",
+    "max_num_batched_tokens": "scheduler.max_num_batched_tokens",
+    "max_num_seqs": "scheduler.max_num_seqs",
+    "max_model_len": "scheduler.max_model_len",
+    "enable_chunked_prefill": "scheduler.enable_chunked_prefill",
+    "enable_prefix_caching": "scheduler.enable_prefix_caching",
+    "async_scheduling": "scheduler.async_scheduling",
+    "kv_cache_dtype": "memory.kv_cache_dtype",
+    "kv_cache_memory_bytes": "memory.kv_cache_memory_bytes",
+    "host": "server.host",
+    "port": "server.port",
+    "attention_backend": "server.attention_backend",
+    "moe_backend": "server.moe_backend",
+    "dcp_comm_backend": "server.dcp_comm_backend",
+    "dcp_kv_cache_interleave_size": "server.dcp_kv_cache_interleave_size",
+    "tool_call_parser": "server.tool_call_parser",
+    "reasoning_parser": "server.reasoning_parser",
+    "default_chat_template_kwargs": "server.default_chat_template_kwargs",
+}
+#: store-true server flags: absent from `non-default args` means vLLM's default, off.
+_SERVER_FLAGS = (
+    "enable_auto_tool_choice",
+    "enable_prompt_tokens_details",
+    "enable_force_include_usage",
+    "enable_request_id_headers",
+    "enable_flashinfer_autotune",
+)
+#: args read elsewhere (speculative, compilation, hf overrides) or that carry no setting of their own.
+_ARGS_CONSUMED = frozenset(
+    {
+        *_ARG_SETTINGS,
+        *_SERVER_FLAGS,
+        "gpu_memory_utilization",
+        "served_model_name",
+        "speculative_config",
+        "compilation_config",
+        "hf_overrides",
+        "model_tag",
+        "max_cudagraph_capture_size",
+    }
+)
+
+
+@dataclass
+class BootSettings:
+    """A boot as glmlaunch settings, each with its source; the leftover environment; unmapped args."""
+
+    settings: dict[str, object] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    env_sources: dict[str, str] = field(default_factory=dict)
+    unmapped_args: list[str] = field(default_factory=list)
+
+    def put(self, key: str, value: object, source: str) -> None:
+        self.settings[key] = value
+        self.sources[key] = source
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _float_or_none(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def _flag(text: str) -> bool | None:
+    low = text.strip().lower()
+    if low in {"1", "true", "yes", "on"}:
+        return True
+    if low in {"0", "false", "no", "off"}:
+        return False
+    return None
+
+
+def _enum_member(value: object) -> object:
+    """'CUDAGraphMode.FULL_AND_PIECEWISE' -> 'FULL_AND_PIECEWISE'."""
+    return value.rsplit(".", 1)[-1] if isinstance(value, str) and "." in value else value
+
+
+def map_boot(bc: BootConfig) -> BootSettings:
+    """The boot as glmlaunch settings (dotted keys), each with its source, plus the leftover environment."""
+    out = BootSettings()
+    args: Mapping[str, Any] = bc.vllm_args or {}
+    eff = bc.effective
+
+    def eff_value(name: str) -> str | None:
+        row = eff.get(name)
+        return None if row is None or row[0] in {"", "-"} else row[0]
+
+    def eff_source(name: str) -> str:
+        return f"launcher effective {name} [{eff[name][1]}]"
+
+    for arg, key in _ARG_SETTINGS.items():
+        if arg in args:
+            out.put(key, args[arg], f"vllm args {arg}")
+    if bc.vllm_version is not None:
+        out.put("vllm_version", bc.vllm_version, "vLLM's version banner")
+    if bc.vllm_args is not None and "revision" not in args:
+        out.put("model.revision", None, "vLLM default (no revision in non-default args)")
+    if "served_model_name" in args:
+        names = args["served_model_name"]
+        out.put(
+            "model.served_name",
+            names[0] if isinstance(names, list) and names else names,
+            "vllm args served_model_name",
+        )
+    for flag in _SERVER_FLAGS:
+        if flag in args:
+            out.put(f"server.{flag}", bool(args[flag]), f"vllm args {flag}")
+        elif bc.vllm_args is not None:
+            out.put(f"server.{flag}", False, f"vLLM default (no {flag} in non-default args)")
+
+    # GPU memory utilization: vLLM's args, else the launcher's table, else the fork's default.
+    if "gpu_memory_utilization" in args:
+        out.put(
+            "memory.gpu_memory_utilization",
+            args["gpu_memory_utilization"],
+            "vllm args gpu_memory_utilization",
+        )
+    elif (gmu := _float_or_none(eff_value("GPU_MEMORY_UTILIZATION"))) is not None:
+        out.put("memory.gpu_memory_utilization", gmu, eff_source("GPU_MEMORY_UTILIZATION"))
+    elif bc.vllm_args is not None:
+        out.put("memory.gpu_memory_utilization", VLLM_DEFAULT_GMU, "vLLM default (0.92 in this fork)")
+    if "kv_cache_memory_bytes" not in args and _int_or_none(eff_value("KV_CACHE_MEMORY_BYTES")) == 0:
+        out.put("memory.kv_cache_memory_bytes", None, eff_source("KV_CACHE_MEMORY_BYTES"))
+
+    _map_speculative(bc, args, out)
+    _map_compilation(bc, args, out, eff_value, eff_source)
+    hf = args.get("hf_overrides")
+    if isinstance(hf, dict):
+        if "use_index_cache" in hf:
+            out.put(
+                "server.use_index_cache",
+                bool(hf["use_index_cache"]),
+                "vllm args hf_overrides.use_index_cache",
+            )
+        if "index_topk_pattern" in hf:
+            out.put(
+                "model.geometry.index_topk_pattern",
+                hf["index_topk_pattern"],
+                "vllm args hf_overrides.index_topk_pattern",
+            )
+        if "max_position_embeddings" in hf:
+            out.put(
+                "model.geometry.max_position_embeddings",
+                hf["max_position_embeddings"],
+                "vllm args hf_overrides.max_position_embeddings",
+            )
+
+    if bc.runner is not None:
+        out.put("runner", bc.runner, "log: Using V2 Model Runner")
+    if (max_m := _int_or_none(eff_value("VLLM_EXL3_TRELLIS_MAX_M"))) is not None:
+        out.put("exl3_trellis_max_m", max_m, eff_source("VLLM_EXL3_TRELLIS_MAX_M"))
+    if bc.exl3_prefill_capacity is not None:
+        out.put("exl3.prefill_capacity", bc.exl3_prefill_capacity, "log: EXL3 mixed Trellis runtime planned")
+    if bc.kv_scale_mode is not None:
+        out.put("memory.kv_scale_mode", bc.kv_scale_mode, "log: >>> NVFP4 MLA scale mode")
+    elif (mode := eff_value("KV_SCALE_MODE")) is not None:
+        out.put("memory.kv_scale_mode", mode, eff_source("KV_SCALE_MODE"))
+    if bc.dma_min_bytes is not None:
+        out.put("comm.dma_min_bytes", bc.dma_min_bytes, "log: Configured b12x PCIe crossovers (DMA min)")
+    if bc.oneshot_max_bytes is not None:
+        out.put("comm.oneshot_allreduce_max_size", bc.oneshot_max_bytes, "log: PCIe crossovers (oneshot max)")
+    if bc.fused_max_bytes is not None:
+        out.put("comm.oneshot_fused_max_size", bc.fused_max_bytes, "log: PCIe crossovers (fused max)")
+    _map_dcp_policy(bc, out, eff_value, eff_source)
+    if bc.gpu_model is not None:
+        out.put("hardware.gpu_model", bc.gpu_model, "log: nvidia-smi GPU lines")
+    if bc.gpu_count is not None:
+        out.put("hardware.gpu_count", bc.gpu_count, "log: nvidia-smi GPU lines")
+    _map_runtime(bc, out)
+    out.unmapped_args = sorted(k for k in args if k not in _ARGS_CONSUMED)
+    return out
+
+
+def _map_speculative(bc: BootConfig, args: Mapping[str, Any], out: BootSettings) -> None:
+    if bc.vllm_args is None:
+        return
+    spec = args.get("speculative_config")
+    if not isinstance(spec, dict):
+        out.put("speculative.num_speculative_tokens", 0, "vllm args (no speculative_config)")
+        return
+    src = "vllm args speculative_config"
+    out.put("speculative.num_speculative_tokens", int(spec.get("num_speculative_tokens") or 0), src)
+    if "method" in spec:
+        out.put("speculative.method", spec["method"], src)
+    if "draft_sample_method" in spec:
+        out.put("speculative.draft_sample_method", spec["draft_sample_method"], src)
+    if "moe_backend" in spec:
+        out.put("speculative.moe_backend", spec["moe_backend"], src)
+    model = spec.get("model")
+    out.put("speculative.model", None if model in (None, args.get("model")) else model, src)
+
+
+def _map_compilation(
+    bc: BootConfig, args: Mapping[str, Any], out: BootSettings, eff_value: Any, eff_source: Any
+) -> None:
+    comp = args.get("compilation_config")
+    comp = comp if isinstance(comp, dict) else {}
+    src = "vllm args compilation_config"
+    if comp.get("cudagraph_mode") is not None:
+        out.put("cudagraph.mode", _enum_member(comp["cudagraph_mode"]), src + ".cudagraph_mode")
+    sizes = comp.get("cudagraph_capture_sizes")
+    if isinstance(sizes, list) and sizes:
+        out.put("cudagraph.capture_sizes", [int(s) for s in sizes], src + ".cudagraph_capture_sizes")
+        out.put("cudagraph.capture_rule", None, "explicit capture sizes")
+    elif (listed := eff_value("CUDAGRAPH_CAPTURE_SIZES")) is not None:
+        parsed = [_int_or_none(p) for p in listed.split(",")]
+        if parsed and all(p is not None for p in parsed):
+            out.put("cudagraph.capture_sizes", parsed, eff_source("CUDAGRAPH_CAPTURE_SIZES"))
+            out.put("cudagraph.capture_rule", None, "explicit capture sizes")
+    if isinstance(comp.get("custom_ops"), list):
+        out.put("cudagraph.custom_ops", [str(o) for o in comp["custom_ops"]], src + ".custom_ops")
+    passes = comp.get("pass_config")
+    if isinstance(passes, dict) and "fuse_allreduce_rms" in passes:
+        out.put("cudagraph.fuse_allreduce_rms", bool(passes["fuse_allreduce_rms"]), src + ".pass_config")
+
+
+def _map_dcp_policy(bc: BootConfig, out: BootSettings, eff_value: Any, eff_source: Any) -> None:
+    policy = bc.dcp_prefill_policy
+    if policy is not None:
+        src = "log: GLM-5.2 DCP prefill policy"
+        if "query-split" in policy:
+            out.put("dcp_policy.query_split", bool(policy["query-split"]), src)
+        if "min-context" in policy and policy["min-context"] >= 0:
+            out.put("dcp_policy.query_split_min_context_tokens", policy["min-context"], src)
+        if "CKV-gather" in policy:
+            out.put("dcp_policy.ckv_gather", bool(policy["CKV-gather"]), src)
+        if "owner-merge" in policy:
+            out.put("dcp_policy.topk_owner_merge", bool(policy["owner-merge"]), src)
+        if policy.get("indexer-shards", 0) > 0:
+            out.put("dcp_policy.indexer_shards", policy["indexer-shards"], src)
+        if "prefetch-depth" in policy:
+            out.put("dcp_policy.ckv_prefetch_depth", policy["prefetch-depth"], src)
+    else:
+        if (depth := _int_or_none(eff_value("DCP_CKV_PREFETCH_DEPTH"))) is not None and depth >= 0:
+            out.put("dcp_policy.ckv_prefetch_depth", depth, eff_source("DCP_CKV_PREFETCH_DEPTH"))
+        if (low := _int_or_none(eff_value("DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS"))) is not None and low >= 0:
+            out.put(
+                "dcp_policy.query_split_min_context_tokens",
+                low,
+                eff_source("DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS"),
+            )
+    if bc.ckv_gather_capacity_tokens is not None:
+        out.put(
+            "dcp_policy.ckv_gather_max_tokens",
+            bc.ckv_gather_capacity_tokens,
+            "log: GLM-5.2 full CKV gather capacity",
+        )
+    elif (cap := _int_or_none(eff_value("DCP_CKV_GATHER_MAX_TOKENS"))) is not None and cap > 0:
+        out.put("dcp_policy.ckv_gather_max_tokens", cap, eff_source("DCP_CKV_GATHER_MAX_TOKENS"))
+    if (mib := _int_or_none(eff_value("DCP_PREFILL_WORKSPACE_MIB"))) is not None:
+        out.put("dcp_policy.ckv_prefetch_workspace_mib", mib, eff_source("DCP_PREFILL_WORKSPACE_MIB"))
+
+
+def _map_runtime(bc: BootConfig, out: BootSettings) -> None:
+    for name, value in bc.runtime_env.items():
+        key = RUNTIME_SETTINGS.get(name)
+        src = f"launcher profile runtime {name}"
+        if key is None:
+            out.env[name] = value
+            out.env_sources[name] = src
+            continue
+        if key in out.settings and out.sources[key].startswith("log: GLM-5.2 DCP"):
+            continue  # the policy line is what the library applied
+        if key == "memory.allocator.expandable_segments":
+            opts = [p.strip() for p in value.split(",") if p.strip()]
+            extra = [p for p in opts if not p.startswith("expandable_segments")]
+            expandable = next(
+                (p.split(":", 1)[1] for p in opts if p.startswith("expandable_segments:")), None
+            )
+            if expandable is not None and (flag := _flag(expandable)) is not None:
+                out.put(key, flag, src)
+            out.put("memory.allocator.extra", ",".join(extra) or None, src)
+        elif key in _BOOL_SETTINGS:
+            if (flag := _flag(value)) is not None:
+                out.put(key, flag, src)
+        elif key in _INT_SETTINGS:
+            if (number := _int_or_none(value)) is not None:
+                out.put(key, number, src)
+        else:
+            out.put(key, value, src)
+
+
+def boot_settings(bc: BootConfig) -> dict[str, object]:
+    """The boot as glmlaunch dotted settings (see :func:`map_boot` for sources and the leftover env)."""
+    return dict(map_boot(bc).settings)
+
+
+def boot_env(bc: BootConfig) -> dict[str, str]:
+    """The launcher environment no setting covers: what a profile passes through ``env:``."""
+    return dict(map_boot(bc).env)
