@@ -15,6 +15,7 @@ request must fit the KV budget at the configured KV dtype with DCP sharding; the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal, NamedTuple
 
 from glmlaunch.config import DeploymentConfig
@@ -23,6 +24,7 @@ from glmlaunch.ledger.model import Ledger, Origin
 from glmlaunch.ledger.terms import Terms, gate_bytes, terms
 
 MIB = 1024 * 1024
+KV_BLOCK = 64
 
 Verdict = Literal["ok", "below-margin", "oom-risk", "refused"]
 
@@ -97,6 +99,7 @@ def compute_budget(
         total,
         used_by_others,
         _calibrated_per_token(calibration),
+        tuple(sorted(_term_overrides(calibration).items())),
         m.gpu_memory_utilization,
         m.kv_cache_memory_bytes,
         m.min_margin,
@@ -120,6 +123,9 @@ def _compute(
     config: DeploymentConfig, ledger: Ledger, total: int, used_by_others: int, calibration: object | None
 ) -> Budget:
     t: Terms = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
+    over = _term_overrides(calibration)
+    if over:
+        t = replace(t, **over)
     f0 = total - used_by_others - t.u_pre
     gate = gate_bytes(config.memory.gpu_memory_utilization, total)
     pinned = config.memory.kv_cache_memory_bytes
@@ -134,7 +140,8 @@ def _compute(
     if cal is not None:
         per_token, origin = cal, "calibrated"
     need = kv_cache.request_bytes(config, per_token)
-    tokens = (kv // per_token) * config.parallel.dcp if per_token else 0
+    # vLLM hands out whole 64-token blocks per rank (the real r14 logs match this to the token).
+    tokens = (kv // (KV_BLOCK * per_token)) * KV_BLOCK * config.parallel.dcp if per_token else 0
     fits = kv >= need
     w_entry = next((e for e in ledger.rank0.entries if e.subsystem == "weights"), None)
     w_known = config.model.weights_per_rank is not None or (
@@ -210,6 +217,17 @@ def _compute(
         request_fit_confirmed=confirmed,
         cautions=tuple(cautions),
     )
+
+
+_TERM_FIELDS = {"u_pre": "u_pre", "w": "w", "p": "p", "n": "n", "g_e": "g_e"}
+
+
+def _term_overrides(calibration: object | None) -> dict[str, int]:
+    """Whole terms a term model predicted (``LedgerCalibration.term_bytes``); empty without one."""
+    items = getattr(calibration, "term_bytes", None) if calibration is not None else None
+    if not items:
+        return {}
+    return {_TERM_FIELDS[k]: int(v) for k, v in items if k in _TERM_FIELDS}
 
 
 def _calibrated_per_token(calibration: object | None) -> int | None:

@@ -31,6 +31,7 @@ class PlanResult:
     resolved: Resolved
     ledger: Ledger
     budget: Budget
+    calibration: object | None = None
 
     @property
     def config(self) -> DeploymentConfig:
@@ -74,7 +75,7 @@ def plan_resolved(
         )
     ledger = build_ledger(config, calibration=calibration, library=check_library(library))
     budget = compute_budget(config, ledger, calibration=calibration)
-    return PlanResult(resolved, ledger, budget)
+    return PlanResult(resolved, ledger, budget, calibration)
 
 
 def make_plan(
@@ -97,6 +98,22 @@ def make_plan(
     )
 
 
+#: ``--explain`` names for the budget terms (the term model's account of each), besides ledger entries.
+TERM_NAMES: dict[str, str] = {"W": "w", "P": "p", "N": "n", "G_E": "g_e", "T-F0": "u_pre", "U_PRE": "u_pre"}
+
+
+def explain_terms(result: PlanResult, name: str) -> list[str] | None:
+    """The term model's explanation of one budget term (or of all, for ``terms``); None when not a term."""
+    key = name.upper()
+    if key != "TERMS" and key not in TERM_NAMES:
+        return None
+    explain = dict(getattr(result.calibration, "explain", None) or ())
+    if not explain:
+        return [f"{name}: no calibration record or rig defaults apply; the ledger's defaults stand (entries)"]
+    wanted = list(dict.fromkeys(TERM_NAMES.values())) if key == "TERMS" else [TERM_NAMES[key]]
+    return [explain[t] for t in wanted if t in explain] or [f"{name}: the term model does not know it"]
+
+
 def find_entry(result: PlanResult, name: str) -> Entry:
     entries = {e.name: e for e in (*result.ledger.rank0.entries, *result.ledger.latent)}
     if name in entries:
@@ -104,7 +121,13 @@ def find_entry(result: PlanResult, name: str) -> Entry:
     close = difflib.get_close_matches(name, list(entries), n=3)
     prefix = [n for n in entries if n.startswith(name)]
     hint = f"did you mean {', '.join(close or prefix)}?" if (close or prefix) else None
-    raise ConfigError("no such ledger entry", key="--explain", value=name, allowed=sorted(entries), hint=hint)
+    raise ConfigError(
+        "no such ledger entry or budget term",
+        key="--explain",
+        value=name,
+        allowed=[*sorted(entries), "terms", "W", "P", "N", "G_e", "T-F0"],
+        hint=hint,
+    )
 
 
 # --- the JSON document (schema version 1) ---------------------------------------------------------

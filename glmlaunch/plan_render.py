@@ -157,7 +157,11 @@ def render_plan(
         memmap.write_svg(svg, ledger.ranks, budget, title=title)
         note(f"memory map written to {svg}")
     if explain is not None:
-        out_console.print(explain_text(find_entry(result, explain)), markup=False, highlight=False)
+        from glmlaunch.plan import explain_terms
+
+        lines = explain_terms(result, explain)
+        text = "\n".join(lines) if lines is not None else explain_text(find_entry(result, explain))
+        out_console.print(text, markup=False, highlight=False)
         return
     if ledger.library == "b12x":
         note(f"library: {ledger.constants_source}")

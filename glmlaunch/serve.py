@@ -164,9 +164,10 @@ class _BudgetMemo:
 
     budget: Budget | None = None
     inputs: MemoryInputs | None = None
+    calibration: object | None = None  # the term model's ledger inputs (calibration records / rig defaults)
 
     def __call__(self, config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
-        self.budget = ledger_budget(config, inputs)
+        self.budget = ledger_budget(config, inputs, calibration=self.calibration)
         self.inputs = inputs
         return self.budget
 
@@ -194,6 +195,13 @@ def check_stage(
         )
         warn(record.line())
         return record, None, memo, None
+    from glmlaunch.calibrate.apply import calibration_for
+
+    use = calibration_for(config, inv)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
+    memo.calibration = use.calibration
     report = run_checks(config, inv, purpose="serve", profile=profile, budget_fn=memo)
     counts = report.counts()
     for r in report.results:
@@ -217,7 +225,10 @@ def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> tuple[StageRecord
     """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
     budget, basis = memo.budget, "the GPUs' real memory"
     if budget is None:
-        budget = compute_budget(config, build_ledger(config))
+        from glmlaunch.calibrate.apply import calibration_for
+
+        cal = memo.calibration if memo.calibration is not None else calibration_for(config).calibration
+        budget = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
         basis = "the profile's hardware.memory_per_gpu (no GPU memory was read)"
     text = (
         f"margin {format_size(budget.margin)} "

@@ -38,8 +38,12 @@ def test_a_fitting_request_has_no_caution() -> None:
     assert b.request_fits and not b.cautions and b.verdict == "ok"
 
 
+# A GPU with no rig defaults: the ledger's own defaults (W a default, the nvfp4 record an estimate) stand.
+OTHER_GPU = "hardware.gpu_model=NVIDIA H200"
+
+
 def test_plan_json_and_check_report_the_caution(clean_env: dict[str, str]) -> None:
-    res = run_cli("plan", "-p", "turnkey", "--json", env=clean_env)
+    res = run_cli("plan", "-p", "turnkey", "--set", OTHER_GPU, "--json", env=clean_env)
     assert res.returncode == 0, res.stderr
     verdict = json.loads(res.stdout)["verdict"]
     assert verdict["status"] == "ok" and verdict["request_fit_confirmed"] is False
@@ -49,9 +53,20 @@ def test_plan_json_and_check_report_the_caution(clean_env: dict[str, str]) -> No
         "-p",
         "turnkey",
         "--set",
+        OTHER_GPU,
+        "--set",
         "memory.kv_cache_dtype=fp8",
         "--set",
         "model.weights_per_rank=83GiB",
         env=clean_env,
     )
     assert refused.returncode == 4 and "plan verdict refused" in refused.stderr
+
+
+def test_turnkey_on_its_rig_comes_out_clean_with_the_rig_defaults(clean_env: dict[str, str]) -> None:
+    res = run_cli("plan", "-p", "turnkey", "--json", env=clean_env)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["verdict"]["status"] == "ok" and not doc["verdict"]["cautions"]
+    assert doc["budget"]["max_model_len_fits"] is True
+    assert "rig defaults" in res.stderr

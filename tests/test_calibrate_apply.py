@@ -1,124 +1,198 @@
-"""Calibration applied to the ledger: residual entries reproduce the logged terms; residuals; the CLI."""
+"""The term model on the real boots: fit, transfer across knobs, rig defaults; the CLI around it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 
-from glmlaunch.calibrate.apply import ledger_calibration
-from glmlaunch.calibrate.fingerprint import make_fingerprint
-from glmlaunch.calibrate.logs import parse_log_file
-from glmlaunch.calibrate.records import Calibration, build_calibration
-from glmlaunch.calibrate.residuals import compute_residuals
+from glmlaunch.budget import compute_budget
+from glmlaunch.calibrate.apply import calibration_for, model_calibration
+from glmlaunch.calibrate.ingest import ingest_logs
+from glmlaunch.calibrate.learn import learn, record_config
+from glmlaunch.calibrate.model import fit_model, fit_term, kv_tokens
+from glmlaunch.calibrate.records import Calibration
+from glmlaunch.calibrate.rigdefaults import derive_document, load_document, rig_prior
+from glmlaunch.calibrate.store import Store
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.terms import terms
 from glmlaunch.resolve import resolve_config
+from glmlaunch.units import GIB, MIB
 
-LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
-NO_VLLM = {"vllm": None, "torch": None, "b12x": None, "sparkinfer": None}
-
-
-def r12(*overrides: str) -> DeploymentConfig:
-    return resolve_config("r12-exl3", overrides, environ={}).config
-
-
-def record(config: DeploymentConfig, log: str = "tp4_dcp4_boot.log") -> Calibration:
-    boot = parse_log_file(LOGS / log)
-    fp = make_fingerprint(config, versions=NO_VLLM)
-    return build_calibration(boot, fp, profile="r12-exl3", total_bytes=config.hardware.memory_per_gpu)
+REAL = Path(__file__).resolve().parent / "fixtures" / "boot-logs"
+MTP0 = "vllm-current210-cap1024-mtp0-v1-server.log"
+V3 = "vllm-current210-cap1024-mtp3-v3-server.log"
+BASE = "vllm-r14-field-baseline-mtp3-c8-v2-server.log"
+REFUSED = "vllm-current210-unset-mtp3-v1-server.log"
+TRUNCATED = "vllm-current210-cap1024-mtp3-v1-server.log"
+COMPLETE = (MTP0, V3, BASE)
 
 
-def test_calibrated_ledger_reproduces_the_worst_rank_terms() -> None:
-    cfg = r12("memory.gpu_memory_utilization=0.92")
-    rec = record(cfg)
-    worst = rec.worst()
-    cal = ledger_calibration(cfg, rec)
-    ledger = build_ledger(cfg, calibration=cal)
-    t = terms(ledger.rank0.entries)
-    assert t.w == worst.weights_bytes
-    assert t.p == worst.activation_peak_bytes
-    assert t.n == worst.non_torch_bytes
-    assert t.g_e == worst.graph_estimate_bytes
-    assert t.u_pre == worst.pre_snapshot_bytes
-    for name in ("weights", "activations", "runtime.nontorch_profiled", "cudagraph.pool", "runtime.nccl"):
-        entry = ledger.entry(name)
-        assert entry is not None and entry.origin == "calibrated", name
-    # the CUDA context cannot be told apart from NCCL in a boot log: it stays a default, and says so
-    ctx = ledger.entry("runtime.cuda_context")
-    assert ctx is not None and ctx.origin == "default"
-    assert any("cannot split CUDA context" in n for n in cal.notes)
-    # KV per token from the boot: KV / (tokens / DCP), rounded up with the log's rounding added
-    assert cal.kv_bytes_per_token is not None
-    per_rank_tokens = 251_392 // 4
-    assert cal.kv_bytes_per_token * per_rank_tokens >= min(t.kv_cache_bytes or 0 for t in rec.ranks)
+@pytest.fixture(scope="module")
+def records() -> dict[str, Calibration]:
+    paths = sorted(REAL.glob("*.log"))
+    got = ingest_logs(paths, config=None, profile=None, inventory=None, store=None)
+    return {Path(i.record.boot.source).name: i.record for i in got}
 
 
-def test_activation_residual_scales_with_batched_tokens() -> None:
-    cfg = r12("memory.gpu_memory_utilization=0.92")
-    rec = record(cfg)
-    at_3072 = ledger_calibration(cfg, rec).activation_bytes
-    at_6144 = ledger_calibration(
-        r12("memory.gpu_memory_utilization=0.92", "scheduler.max_num_batched_tokens=6144"), rec
-    )
-    assert at_3072 is not None and at_6144.activation_bytes == 2 * at_3072
-    assert any("scaled by batched tokens 6144/3072" in n for n in at_6144.notes)
-    # the itemized entries of the new size come from the ledger, not the residual
-    big = terms(build_ledger(r12("scheduler.max_num_batched_tokens=6144"), calibration=at_6144).rank0.entries)
-    small = terms(build_ledger(r12(), calibration=ledger_calibration(r12(), rec)).rank0.entries)
-    assert big.p > small.p and big.u_pre > small.u_pre
+def config_of(rec: Calibration) -> DeploymentConfig:
+    cfg = record_config(rec)
+    assert cfg is not None
+    return cfg
 
 
-def test_residuals_compare_the_uncalibrated_ledger_with_each_rank() -> None:
-    cfg = r12()
-    rec = record(cfg)
-    doc = compute_residuals(cfg, rec)
-    assert doc["gpu_memory_utilization"] == 0.92  # the boot's GMU, not the profile's 0.95
-    assert [r["rank"] for r in doc["ranks"]] == [f"Worker_TP{i}_DCP{i}" for i in range(4)]
-    predicted = terms(build_ledger(r12("memory.gpu_memory_utilization=0.92")).rank0.entries)
-    for r, logged in zip(doc["ranks"], rec.ranks, strict=True):
-        t = r["terms"]
-        assert t["P"] == {
-            "predicted": predicted.p,
-            "logged": logged.activation_peak_bytes,
-            "delta": (logged.activation_peak_bytes or 0) - predicted.p,
-        }
-        assert t["N"]["delta"] == (logged.non_torch_bytes or 0) - predicted.n
-        assert t["T-F0"]["predicted"] == predicted.u_pre
-        assert t["G"]["logged"] == logged.graph_actual_bytes
-    assert doc["kv_tokens"]["logged"] == 251_392
+def predicted(cfg: DeploymentConfig, recs: list[Calibration]):  # type: ignore[no-untyped-def]
+    learned = learn(cfg, recs)
+    assert learned.model is not None
+    cal = model_calibration(cfg, learned.model, version=cfg.vllm_version)
+    return compute_budget(cfg, build_ledger(cfg, calibration=cal), calibration=cal), cal
+
+
+def test_every_shared_log_gives_a_record_or_says_why(records: dict[str, Calibration]) -> None:
+    for name in COMPLETE:
+        assert records[name].usable, (name, records[name].unusable_reason())
+    assert "refused" in (records[REFUSED].unusable_reason() or "")
+    assert "0.98 GiB" in (records[REFUSED].unusable_reason() or "")
+    assert "truncated" in (records[TRUNCATED].unusable_reason() or "")
+    # each record is keyed on what its own log booted, not on a profile
+    assert config_of(records[MTP0]).mtp == 0 and config_of(records[V3]).mtp == 3
+    assert config_of(records[BASE]).scheduler.max_num_seqs == 8
+    assert config_of(records[REFUSED]).exl3.prefill_capacity == 3072
+    assert config_of(records[V3]).exl3.prefill_capacity == 1024
+    assert len({r.fingerprint_digest for r in records.values()}) == 5
+
+
+@pytest.mark.parametrize("name", COMPLETE)
+def test_a_plan_of_each_boot_from_the_other_boots_matches_its_kv_tokens(
+    name: str, records: dict[str, Calibration]
+) -> None:
+    target = records[name]
+    cfg = config_of(target)
+    others = [r for n, r in records.items() if n != name]
+    budget, _ = predicted(cfg, others)
+    logged = target.boot.engine.kv_cache_tokens
+    assert logged is not None
+    assert abs(budget.kv_tokens - logged) / logged <= 0.02, (budget.kv_tokens, logged)
+
+
+def test_the_refused_boot_is_predicted_refused_with_vllms_reason(records: dict[str, Calibration]) -> None:
+    cfg = config_of(records[REFUSED])
+    others = [r for n, r in records.items() if n != REFUSED]
+    budget, _ = predicted(cfg, others)
+    assert budget.verdict == "refused" and not budget.request_fits
+    assert any("131,072-token request" in r for r in budget.reasons)
+    # vLLM: 0.98 GiB needed, 0.82 GiB available, estimated maximum model length 110,080
+    assert budget.request_bytes == pytest.approx(0.98 * GIB, abs=0.005 * GIB)
+    assert budget.kv == pytest.approx(0.82 * GIB, abs=0.03 * GIB)
+
+
+def test_the_same_boot_is_reproduced_term_by_term(records: dict[str, Calibration]) -> None:
+    rec = records[V3]
+    cfg = config_of(rec)
+    budget, cal = predicted(cfg, list(records.values()))
+    w = rec.worst()
+    res = 6 * MIB  # two-decimal GiB figures
+    assert budget.w == w.weights_bytes
+    assert abs(budget.p - (w.activation_peak_bytes or 0)) <= res
+    assert abs(budget.n - (w.non_torch_bytes or 0)) <= 2 * res
+    assert abs(budget.g_e - (w.graph_estimate_bytes or 0)) <= res
+    assert abs(budget.u_pre - (w.pre_snapshot_bytes or 0)) <= res
+    assert any("cannot split the CUDA context" in n for n in cal.notes)
+
+
+def test_a_term_no_record_varies_keeps_its_prior_and_says_so() -> None:
+    cfg = resolve_config("r12-exl3", environ={}).config
+    rows = [("a", {"const": 1.0, "tokens": 3.0, "mtp": 1.0}, float(GIB))]
+    fit = fit_term("p", rows, {"const": 0.0, "tokens": 100 * MIB, "mtp": 0.0}, prior_source="test")
+    assert set(fit.unidentified) == {"tokens", "mtp"}
+    # one record is reproduced (to the ridge's few bytes), whatever the prior
+    ((label, resid),) = fit.residuals
+    assert label == "a" and abs(resid) <= 2
+    assert fit.residual_bytes(cfg) != 0
+
+
+def test_w_transfers_across_mtp_and_checkpoints(records: dict[str, Calibration]) -> None:
+    model = fit_model([p for p in _points(records) if p.w is not None])
+    layer = model.weights.mtp_layer[0][1]
+    assert layer == pytest.approx(1.64 * GIB, abs=0.01 * GIB)  # 83.57 - 81.93 GiB, same vLLM build
+    shipped = resolve_config("r12-exl3", environ={}).config  # the 3.0 bpw checkpoint nobody booted
+    w, origin, why = model.weights.predict(shipped) or (0, "", "")
+    assert origin == "estimate" and "3 instead of 3.25 bits" in why
+    assert 75 * GIB < w < 82 * GIB
+
+
+def _points(records: dict[str, Calibration]):  # type: ignore[no-untyped-def]
+    from glmlaunch.calibrate.learn import points_from
+
+    return points_from(list(records.values()))
+
+
+def test_rig_defaults_are_the_fit_of_the_shipped_logs() -> None:
+    shipped = load_document()
+    derived = derive_document([str(p) for p in sorted(REAL.glob("*.log"))])
+    assert json.loads(json.dumps(derived)) == shipped
+    for term in ("u_pre", "n", "p", "g_e"):
+        assert shipped["terms"][term]["citations"], term  # every default cites its log lines
+        assert all(":" in c and c.split(":")[0].endswith(".log") for c in shipped["terms"][term]["citations"])
+
+
+def test_rig_defaults_apply_to_the_rig_only() -> None:
+    rig = resolve_config("turnkey", environ={}).config
+    h200 = resolve_config("turnkey", ["hardware.gpu_model=NVIDIA H200"], environ={}).config
+    assert rig_prior(rig) is not None and rig_prior(h200) is None
+
+
+def test_calibration_for_says_what_it_used(tmp_path: Path, records: dict[str, Calibration]) -> None:
+    store = Store(tmp_path / "cal")
+    r12 = resolve_config("r12-exl3", environ={}).config
+    rig_only = calibration_for(r12, store=store)
+    assert rig_only.calibration is not None and rig_only.message.startswith("using the rig defaults")
+    h200 = resolve_config("r12-exl3", ["hardware.gpu_model=NVIDIA H200"], environ={}).config
+    none = calibration_for(h200, store=store)
+    assert none.calibration is None and "no calibration records" in none.message
+    for rec in records.values():
+        store.save(rec)
+    use = calibration_for(r12, store=store)
+    assert use.calibration is not None and "term model fitted on 5 record(s)" in use.message
+    dcp2 = resolve_config("r12-exl3", ["parallel.dcp=2"], environ={}).config
+    other = calibration_for(dcp2, store=store)
+    assert "another rig shape" in other.message
+
+
+def test_kv_tokens_are_whole_blocks_per_rank() -> None:
+    # the MTP3 boot: 1.91 GiB of KV, 31,976 B/token/rank -> 1,004 blocks of 64 tokens on each of 4 ranks
+    assert kv_tokens(2_054_649_856, 31_976, 4) == 257_024
+    assert kv_tokens(2_054_649_855, 31_976, 4) == 256_768
 
 
 def test_cli_ingest_list_show(clean_env: dict[str, str], tmp_path: Path) -> None:
-    boot = str(LOGS / "tp4_dcp4_boot.log")
-    cut = str(LOGS / "tp4_dcp4_truncated.log")
-    res = run_cli("calibrate", "ingest", boot, cut, "-p", "r12-exl3", "--json", env=clean_env)
+    logs = [str(REAL / n) for n in (V3, TRUNCATED, REFUSED)]
+    res = run_cli("calibrate", "ingest", *logs, "--json", env=clean_env)
     assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
-    full, trunc = doc["records"]
-    assert full["usable"] and not trunc["usable"]
-    assert [r["missing"] for r in trunc["ranks"]] == [["free_memory"]] * 4
-    assert full["residuals"]["ranks"][0]["terms"]["W"]["logged"] == full["ranks"][0]["weights_bytes"]
-    assert "saved" in res.stderr and "will not replace defaults" in res.stderr
-    assert "no inventory" in res.stderr
+    full, trunc, refused = json.loads(res.stdout)["records"]
+    assert full["usable"] and not trunc["usable"] and not refused["usable"]
+    assert "saved" in res.stderr and "no inventory" in res.stderr
+    assert "vLLM refused to start in this boot: one 131072-token request needs 0.98 GiB" in res.stderr
+    assert "truncated" in res.stderr
+
+    # a profile given with -p is compared with the boot, setting by setting, and never adopted
+    again = run_cli("calibrate", "ingest", logs[0], "-p", "turnkey", "--dry-run", "--json", env=clean_env)
+    assert again.returncode == 0, again.stderr
+    (dry,) = json.loads(again.stdout)["records"]
+    assert dry["fingerprint_digest"] == full["fingerprint_digest"]
+    assert "profile turnkey differs from the boot" in again.stderr
+    assert "parallel.dcp: profile 2, boot 4" in again.stderr
 
     listed = run_cli("calibrate", "list", "--json", env=clean_env)
     assert listed.returncode == 0
     ids = {r["record_id"] for r in json.loads(listed.stdout)["records"]}
-    assert ids == {full["record_id"], trunc["record_id"]}
+    assert ids == {full["record_id"], trunc["record_id"], refused["record_id"]}
 
-    shown = run_cli("calibrate", "show", "-p", "r12-exl3", "--json", env=clean_env)
+    shown = run_cli("calibrate", "show", full["record_id"], "--json", env=clean_env)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["record"]["record_id"] == full["record_id"]
-    assert f"using calibration {full['record_id']}" in shown.stderr
-    assert "matches but is not usable" in shown.stderr
-
-    other = run_cli("calibrate", "show", "-p", "gate", env=clean_env)
-    assert other.returncode == 0
-    assert "no matching calibration; using defaults" in other.stderr
-    assert 'settings.memory.kv_cache_dtype: recorded "nvfp4_ds_mla", here "fp8"' in other.stderr
 
 
 def test_cli_ingest_errors(clean_env: dict[str, str], tmp_path: Path) -> None:
@@ -129,22 +203,3 @@ def test_cli_ingest_errors(clean_env: dict[str, str], tmp_path: Path) -> None:
     res = run_cli("calibrate", "ingest", str(empty), env=clean_env)
     assert res.returncode == 2 and "no vLLM worker lines" in res.stderr
     assert "Traceback" not in res.stderr
-
-
-def test_calibration_for_plan_check_preflight(tmp_path: Path) -> None:
-    from glmlaunch.budget import compute_budget
-    from glmlaunch.calibrate.apply import calibration_for
-    from glmlaunch.calibrate.store import Store
-
-    store = Store(tmp_path / "cal")
-    none = calibration_for(r12(), store=store)
-    assert none.calibration is None and "using defaults" in none.message
-    store.save(record(r12()))
-    use = calibration_for(r12(), store=store)
-    assert use.calibration is not None and use.message.startswith("using calibration")
-    ledger = build_ledger(r12(), calibration=use.calibration)
-    budget = compute_budget(r12(), ledger, calibration=use.calibration)
-    assert budget.kv_bytes_per_token_origin == "calibrated"
-    assert ledger.entry("weights").origin == "calibrated"  # type: ignore[union-attr]
-    other = calibration_for(r12("memory.kv_cache_dtype=fp8"), store=store)
-    assert other.calibration is None and "kv_cache_dtype" in other.message

@@ -207,12 +207,17 @@ def test_refused_and_truncated_boots_are_kept_but_not_used(tmp_path: Path) -> No
     truncated = record_for("tp4_dcp4_truncated.log")
     store.save(refused)
     store.save(truncated)
-    assert refused.unusable_reason() == "vLLM refused to start in this boot"
+    refused_why = (
+        "vLLM refused to start in this boot: one 524288-token request needs 3.90 GiB of KV cache, 0.01 GiB "
+        "available (vLLM's estimated maximum model length 1792); its W, G_e and P + N still calibrate the "
+        "term model"
+    )
+    assert refused.unusable_reason() == refused_why
     assert truncated.unusable_reason() == "missing activation_peak_bytes, non_torch_bytes (log truncated?)"
     found = lookup_calibration(r12(), store=store, versions=NO_VLLM)
     assert found.calibration is None
     assert {r.reason for r in found.rejected} == {
-        "matches but is not usable: vLLM refused to start in this boot",
+        f"matches but is not usable: {refused_why}",
         "matches but is not usable: missing activation_peak_bytes, non_torch_bytes (log truncated?)",
     }
 

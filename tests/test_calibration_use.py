@@ -1,4 +1,4 @@
-"""plan and check use a matching calibration record instead of defaults, and say so."""
+"""plan, check, serve and preflight use the term model (rig defaults + ingested real boots) and say so."""
 
 from __future__ import annotations
 
@@ -6,39 +6,53 @@ import json
 
 from conftest import FIXTURES, run_cli
 
-LOG = FIXTURES / "logs" / "tp4_dcp4_boot.log"
+REAL = FIXTURES / "boot-logs"
+V3 = REAL / "vllm-current210-cap1024-mtp3-v3-server.log"
 RIG = FIXTURES / "inventories" / "rtxpro6000x4.json"
 
 
-def test_plan_and_check_use_an_ingested_boot(clean_env: dict[str, str]) -> None:
+def test_plan_and_check_use_the_ingested_boots(clean_env: dict[str, str]) -> None:
     before = run_cli("plan", "-p", "r12-exl3", "--json", env=clean_env)
-    assert "no calibration records" in before.stderr
-    assert json.loads(before.stdout)["budget"]["kv_bytes_per_token_origin"] == "estimate"
+    assert "using the rig defaults" in before.stderr and "no record applies" in before.stderr
 
-    ingest = run_cli("calibrate", "ingest", str(LOG), "-p", "r12-exl3", env=clean_env)
-    assert ingest.returncode == 0, ingest.stderr
+    for log in sorted(REAL.glob("*.log")):
+        assert run_cli("calibrate", "ingest", str(log), env=clean_env).returncode == 0
 
     after = run_cli("plan", "-p", "r12-exl3", "--json", env=clean_env)
     assert after.returncode == 0, after.stderr
-    assert "using calibration" in after.stderr
+    assert "term model fitted on 5 record(s)" in after.stderr and "over the rig defaults" in after.stderr
     doc = json.loads(after.stdout)
-    assert doc["budget"]["kv_bytes_per_token_origin"] == "calibrated"
+    # the shipped profile's checkpoint (3.0 bpw) was never booted: W is carried over from the 3.25 bpw
+    # boots as an estimate, and says how
     weights = next(e for e in doc["ranks"][0]["entries"] if e["name"] == "weights")
-    assert weights["origin"] == "calibrated"
+    assert weights["origin"] == "estimate" and "bits" in weights["formula"]
 
     check = run_cli("check", "-p", "r12-exl3", "--inventory", str(RIG), "--json", env=clean_env)
-    assert "using calibration" in check.stderr
+    assert "term model fitted on 5 record(s)" in check.stderr
     row = next(r for r in json.loads(check.stdout)["results"] if r["name"] == "memory_verdict")
     assert row["status"] == "OK"
 
-    # Another deployment (a setting that changes memory) does not match, and says why.
-    other = run_cli("plan", "-p", "r12-exl3", "--set", "scheduler.max_num_batched_tokens=4096", env=clean_env)
-    assert "using calibration" not in other.stderr
-    assert "max_num_batched_tokens" in other.stderr
+    # Another rig shape (DCP 2): the TP4/DCP4 boots do not apply, and the reason is named.
+    other = run_cli("plan", "-p", "r12-exl3", "--set", "parallel.dcp=2", env=clean_env)
+    assert "no record applies" in other.stderr or "skipped" in other.stderr
+
+
+def test_a_boot_of_the_same_checkpoint_makes_w_calibrated(clean_env: dict[str, str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    for log in sorted(REAL.glob("*.log")):
+        assert run_cli("calibrate", "ingest", str(log), env=clean_env).returncode == 0
+    profile = tmp_path / "v3.yaml"
+    assert run_cli("profiles", "import", str(V3), "-o", str(profile), env=clean_env).returncode == 0
+    res = run_cli("plan", "-p", str(profile), "--set", "exl3.prefill_capacity=1536", "--json", env=clean_env)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    weights = next(e for e in doc["ranks"][0]["entries"] if e["name"] == "weights")
+    assert weights["origin"] == "calibrated"
+    arena = next(e for e in doc["ranks"][0]["entries"] if e["name"] == "exl3.trellis_arena")
+    assert arena["requested_bytes"] > 240 * 1024 * 1536  # 240 KiB per prefill token plus the fixed part
 
 
 def test_preflight_says_which_calibration_it_uses(clean_env: dict[str, str]) -> None:
-    assert run_cli("calibrate", "ingest", str(LOG), "-p", "r12-exl3", env=clean_env).returncode == 0
+    assert run_cli("calibrate", "ingest", str(V3), env=clean_env).returncode == 0
     res = run_cli(
         "preflight",
         "-p",
@@ -55,6 +69,6 @@ def test_preflight_says_which_calibration_it_uses(clean_env: dict[str, str]) -> 
         env=clean_env,
         timeout=180,
     )
-    # tp=2 is another deployment than the ingested TP4 boot: not used, and the reason is named.
-    assert "using calibration" not in res.stderr and "parallel.tp" in res.stderr
+    # TP2 is another rig shape than the ingested TP4 boot: the record is skipped and the reason named.
+    assert "another rig shape" in res.stderr
     assert json.loads(res.stdout)["backend"]

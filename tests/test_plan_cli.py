@@ -117,7 +117,9 @@ def test_svg_memory_map(tmp_path: Path, clean_env: dict[str, str]) -> None:
 
 def test_svg_shows_the_verdicts_findings(tmp_path: Path, clean_env: dict[str, str]) -> None:
     svg = tmp_path / "turnkey.svg"
-    assert run_cli("plan", "-p", "turnkey", "--svg", str(svg), env=clean_env).returncode == 0
+    # On a GPU without rig defaults W stays a default, so the shortfall is an unconfirmed caution.
+    args = ("plan", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200", "--svg", str(svg))
+    assert run_cli(*args, env=clean_env).returncode == 0
     root = ET.parse(svg).getroot()
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
     width = int(root.get("width") or 0)
@@ -178,7 +180,14 @@ def test_audit_turnkey_findings_and_totals(clean_env: dict[str, str]) -> None:
         e.total_requested for e in leaked
     )
     assert found["fp32-tile-logits"]["recoverable_bytes_per_rank"] == 192 * MIB
-    assert found["capture-beyond-decode-window"]["recoverable_bytes_per_rank"] == 512 * MIB // 4
+    from glmlaunch.calibrate.apply import calibration_for
+
+    cal = calibration_for(config).calibration  # the rig defaults (the test's cache directory is empty)
+    pool = next(e for e in build_ledger(config, calibration=cal).rank0.entries if e.name == "cudagraph.pool")
+    # sizes above the 6-token decode window: the pool shrinks to the largest kept size (48 of 64)
+    assert found["capture-beyond-decode-window"]["recoverable_bytes_per_rank"] == (
+        pool.device_bytes - pool.device_bytes * 48 // 64
+    )
     assert doc["total_recoverable_bytes_per_rank"] == sum(
         f["recoverable_bytes_per_rank"] for f in doc["findings"]
     )

@@ -1,25 +1,19 @@
-"""Turn a calibration record into the values ``build_ledger(config, calibration=…)`` reads.
+"""Calibration as ledger inputs: a term model's prediction for a configuration, and what plan/check use.
 
-The ledger itemizes what it knows exactly (pools, channels, indexer arenas) and keeps one *residual*
-entry per budget term for the rest (``weights``, ``activations``, ``runtime.nontorch_profiled``,
-``cudagraph.pool``, ``runtime.cuda_context`` + ``runtime.nccl``). A boot log states the terms whole
-(W, P, N, G_e, T - F0), so each calibrated residual is the logged term minus the ledger's itemized
-entries of that term, computed for the configuration the boot ran:
+:func:`calibration_for` is what ``plan``, ``check``, ``serve``, ``preflight`` and ``calibrate search`` call:
+it fits the term model (:mod:`.model`) for the configuration from every stored record of the same rig
+shape, over the rig defaults (:mod:`.rigdefaults`) where they apply, and turns the prediction into a
+:class:`LedgerCalibration`:
 
-* ``activation_bytes``  = P - itemized profiled torch/workspace entries
-* ``nontorch_bytes``    = N - itemized profiled ipc/driver entries
-* ``graph_bytes``       = G_e - itemized graph-estimated entries
-* ``nccl_bytes``        = (T - F0) - itemized pre-snapshot entries - CUDA context (measured by a preflight
-  when the record has it, else the ledger's default; a boot log cannot split the two)
-* ``weights_bytes``     = W
-* ``kv_bytes_per_token`` = KV / (KV tokens / DCP), rounded up after adding the log's rounding, only when
-  the ledger's own per-token figure is an estimate (nvfp4_ds_mla)
+* the residual ledger entries (``weights``, ``activations``, ``runtime.nontorch_profiled``,
+  ``cudagraph.pool``, ``runtime.cuda_context`` + ``runtime.nccl``) carry the modelled residual of each term,
+  clamped at zero and explained (``plan --explain P`` / ``--explain activations``);
+* ``term_bytes`` carries the whole predicted terms, which the budget uses as they are: the ledger's
+  itemized entries may overlap the logged peak (vLLM's shared workspace arena), so a sum of entries would
+  count that memory twice.
 
-The worst rank is used by default (the ledger treats ranks alike); ``calibrate search`` evaluates each
-rank with its own terms. When the configuration differs from the boot's in
-``scheduler.max_num_batched_tokens`` (``calibrate search`` allows that), the activation residual is scaled
-by the ratio of batched tokens, like the ledger's own per-token default; everything else is kept.
-A negative residual (the ledger's itemized entries exceed what vLLM logged) is clamped at 0 and noted.
+A boot log cannot split the CUDA context from NCCL (T - F0 is one number): the context keeps its default
+size and NCCL carries the rest, and the notes say so.
 """
 
 from __future__ import annotations
@@ -27,24 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration
-from glmlaunch.calibrate.terms import CalibratedTerms
+from glmlaunch.calibrate.records import Calibration
 from glmlaunch.config import DeploymentConfig
 
 if TYPE_CHECKING:
+    from glmlaunch.calibrate.model import TermModel
     from glmlaunch.calibrate.store import Store
     from glmlaunch.inventory import Inventory
 
-RESIDUAL_ENTRIES: frozenset[str] = frozenset(
-    {
-        "weights",
-        "activations",
-        "runtime.nontorch_profiled",
-        "cudagraph.pool",
-        "runtime.cuda_context",
-        "runtime.nccl",
-    }
-)
 TOKENS_KEY = "scheduler.max_num_batched_tokens"
 
 
@@ -60,7 +44,14 @@ class LedgerCalibration:
     cuda_context_bytes: int | None = None
     nccl_bytes: int | None = None
     kv_bytes_per_token: int | None = None
+    nccl_dcp_bytes: int | None = None
     notes: tuple[str, ...] = ()
+    # Whole budget terms predicted by a term model (u_pre, p, n, g_e, w): the budget uses them as they are,
+    # because the ledger's itemized entries may overlap the logged peak (a shared workspace arena).
+    term_bytes: tuple[tuple[str, int], ...] = ()
+    explain: tuple[tuple[str, str], ...] = ()
+    origin: str = "calibrated"
+    weights_origin: str | None = None
 
 
 def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig:
@@ -75,98 +66,55 @@ def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig
 
 def boot_config(config: DeploymentConfig, record: Calibration) -> DeploymentConfig:
     """``config`` with the batched-token count the boot ran (the one setting search lets differ)."""
+    if record.boot_settings:
+        from glmlaunch.calibrate.learn import record_config
+
+        own = record_config(record)
+        if own is not None:
+            return own
     recorded = record.fingerprint.settings.get(TOKENS_KEY)
     if isinstance(recorded, int) and recorded != config.scheduler.max_num_batched_tokens:
         return _with(config, TOKENS_KEY, recorded)
     return config
 
 
-def _itemized(config: DeploymentConfig) -> dict[str, int]:
-    from glmlaunch.ledger import build_ledger
-
-    rank = build_ledger(config).rank0
-    out = {"pre": 0, "p": 0, "n": 0, "g_e": 0, "cuda_context_default": 0}
-    for e in rank.entries:
-        if e.name == "runtime.cuda_context":
-            out["cuda_context_default"] = e.device_bytes
-        if e.name in RESIDUAL_ENTRIES:
-            continue
-        if e.lifetime == "pre-snapshot":
-            out["pre"] += e.device_bytes
-        elif e.lifetime == "profiled":
-            out["n" if e.kind in ("ipc", "driver") else "p"] += e.device_bytes
-        elif e.lifetime == "graph-estimated":
-            out["g_e"] += e.device_bytes
-    return out
-
-
-def ledger_calibration(
-    config: DeploymentConfig, record: Calibration, rank_terms: CalibratedTerms | None = None
+def model_calibration(
+    config: DeploymentConfig, model: TermModel, *, version: str | None = None, record_id: str | None = None
 ) -> LedgerCalibration:
-    """The calibrated residuals for ``config`` (which must match the record up to batched tokens).
+    """A term model's prediction for ``config`` as ledger inputs: residual entries and whole terms."""
+    from glmlaunch.ledger.runtime import CUDA_CONTEXT_DEFAULT
 
-    ``rank_terms`` picks one rank's terms; the default is the worst rank (per-term maximum).
-    """
-    worst = rank_terms if rank_terms is not None else record.worst()
-    base = boot_config(config, record)
-    items = _itemized(base)
+    pred = model.predict(config, version)
+    r = pred.residuals
     notes: list[str] = []
-
-    def residual(logged: int | None, itemized: int, name: str) -> int | None:
-        if logged is None:
-            return None
-        value = logged - itemized
-        if value < 0:
+    for term, entry in (("p", "activations"), ("n", "runtime.nontorch_profiled"), ("g_e", "cudagraph.pool")):
+        if r[term] < 0:
             notes.append(
-                f"{name}: the ledger itemizes {itemized:,} B but vLLM logged {logged:,} B; residual 0"
+                f"{entry}: the itemized entries exceed the logged {term.upper()} "
+                f"by {-r[term] / MIB:,.0f} MiB "
+                "(they share an arena with the peak); the budget uses the modelled term"
             )
-            return 0
-        return value
-
-    activation = residual(worst.activation_peak_bytes, items["p"], "activation")
-    cal_tokens = base.scheduler.max_num_batched_tokens
-    if activation is not None and cal_tokens != config.scheduler.max_num_batched_tokens:
-        tokens = config.scheduler.max_num_batched_tokens
-        scaled = -(-activation * tokens // cal_tokens)
-        notes.append(
-            f"activation residual scaled by batched tokens {tokens}/{cal_tokens}: "
-            f"{activation:,} -> {scaled:,} B"
-        )
-        activation = scaled
-    context = worst.cuda_context_bytes
-    nccl = worst.nccl_bytes
-    if nccl is None and worst.pre_snapshot_bytes is not None:
-        ctx_part = context if context is not None else items["cuda_context_default"]
-        nccl = residual(worst.pre_snapshot_bytes, items["pre"] + ctx_part, "pre-snapshot")
-        if context is None:
-            notes.append("T - F0 cannot split CUDA context from NCCL: the context keeps its default")
-    kv_per_token = _kv_per_token(config, record)
+    rest = r["u_pre"]
+    context = min(max(rest, 0), CUDA_CONTEXT_DEFAULT)
+    notes.append("T - F0 cannot split the CUDA context from the NCCL communicators: NCCL carries the rest")
     return LedgerCalibration(
-        record_id=record.record_id,
-        weights_bytes=worst.weights_bytes,
-        activation_bytes=activation,
-        nontorch_bytes=residual(worst.non_torch_bytes, items["n"], "non-torch"),
-        graph_bytes=residual(worst.graph_estimate_bytes, items["g_e"], "graph estimate"),
+        record_id=record_id or ("rig-defaults" if model.origin == "rig-default" else "term-model"),
+        weights_bytes=pred.terms.get("w"),
+        activation_bytes=max(0, r["p"]),
+        nontorch_bytes=max(0, r["n"]),
+        graph_bytes=max(0, r["g_e"]),
         cuda_context_bytes=context,
-        nccl_bytes=nccl,
-        kv_bytes_per_token=kv_per_token,
+        nccl_bytes=max(0, rest - context),
+        nccl_dcp_bytes=0 if config.parallel.dcp > 1 else None,
         notes=tuple(notes),
+        term_bytes=tuple(sorted(pred.terms.items())),
+        explain=tuple(sorted(pred.explain.items())),
+        origin=model.origin,
+        weights_origin=pred.w_origin if "w" in pred.terms else None,
     )
 
 
-def _kv_per_token(config: DeploymentConfig, record: Calibration) -> int | None:
-    from glmlaunch.ledger import kv_cache
-
-    if kv_cache.geometry(config).origin != "estimate":
-        return None
-    tokens = record.boot.engine.kv_cache_tokens
-    kv = [t.kv_cache_bytes for t in record.ranks if t.kv_cache_bytes is not None]
-    if not tokens or not kv:
-        return None
-    per_rank_tokens = tokens // max(1, config.parallel.dcp)
-    if per_rank_tokens <= 0:
-        return None
-    return -(-(min(kv) + LOG_GIB_RESOLUTION) // per_rank_tokens)
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -182,18 +130,42 @@ class CalibrationUse:
 def calibration_for(
     config: DeploymentConfig, inventory: Inventory | None = None, *, store: Store | None = None
 ) -> CalibrationUse:
-    """The matching record turned into ledger inputs, or None with the reason every record was rejected.
+    """The term model for ``config`` (rig defaults corrected by every applicable record) as ledger inputs.
 
     Use: ``use = calibration_for(config, inventory)``; ``note(use.message)``;
     ``build_ledger(config, calibration=use.calibration)``; ``compute_budget(…, calibration=use.calibration)``.
+    Records of other knobs apply (that is what the model transfers); records of another rig shape are
+    skipped with the reason.
     """
-    from glmlaunch.calibrate.store import lookup_calibration
+    from glmlaunch.calibrate.learn import describe_group, learn
+    from glmlaunch.calibrate.store import Store as _Store
 
-    found = lookup_calibration(config, inventory, store=store)
-    if found.calibration is None:
-        return CalibrationUse(None, found.message(), None, found.warnings)
-    cal = ledger_calibration(config, found.calibration)
-    message = found.message()
-    if cal.notes:
-        message += " (" + "; ".join(cal.notes) + ")"
-    return CalibrationUse(cal, message, found.calibration, found.warnings)
+    st = store or _Store.default()
+    loaded = st.load()
+    learned = learn(config, loaded.records)
+    if learned.model is None:
+        if not loaded.records:
+            message = f"no calibration records in {st.root}; using defaults"
+        else:
+            message = f"no calibration record applies ({describe_group(config)}); using defaults"
+            if learned.skipped:
+                message += ". " + learned.skipped[0]
+        return CalibrationUse(None, message, None, loaded.warnings)
+    from glmlaunch.calibrate.learn import target_version
+
+    cal = model_calibration(config, learned.model, version=target_version(config))
+    if learned.used:
+        message = f"using the term model fitted on {len(learned.used)} record(s) ({', '.join(learned.used)})"
+        if learned.model.fits["p"].prior_source != "zero":
+            message += " over the rig defaults"
+    else:
+        message = f"using the rig defaults ({learned.model.description}); no record applies"
+        if learned.skipped:
+            more = f" (and {len(learned.skipped) - 1} more)" if len(learned.skipped) > 1 else ""
+            message += f": {learned.skipped[0]}{more}"
+    if learned.skipped and learned.used:
+        message += f"; skipped {len(learned.skipped)}: " + "; ".join(learned.skipped[:2])
+    record = next(
+        (r for r in loaded.records if learned.used and r.record_id[:12] == learned.used[0][:12]), None
+    )
+    return CalibrationUse(cal, message, record, loaded.warnings)

@@ -36,14 +36,15 @@ def run_ingest(
 ) -> list[Calibration]:
     from glmlaunch.commands import resolve
 
-    resolved = resolve(profile, overrides)
+    # A profile is only compared with what the log booted; without one the log speaks for itself.
+    resolved = resolve(profile, overrides) if (profile is not None or overrides) else None
     inventory, why = inventory_for_ingest(inventory_file, probe=probe)
     note(why)
     store = None if dry_run else Store.default()
     results = ingest_logs(
         list(logs),
-        config=resolved.config,
-        profile=resolved.profile_name,
+        config=resolved.config if resolved is not None else None,
+        profile=resolved.profile_name if resolved is not None else None,
         inventory=inventory,
         store=store,
     )
@@ -55,9 +56,11 @@ def run_ingest(
         if item.saved is not None:
             verb = "replaced" if item.saved.replaced else "saved"
             note(f"{verb} {item.saved.path}")
+        for n in rec.notes:
+            note(f"{rec.record_id}: {n}")
         if not rec.usable:
-            warn(f"{rec.record_id} will not replace defaults: {rec.unusable_reason()}")
-        residuals = _residuals(rec, resolved.config)
+            note(f"{rec.record_id}: {rec.unusable_reason()}")
+        residuals = _residuals(rec)
         docs.append(record_document(rec, residuals=residuals))
         if not as_json:
             out_console.print(terms_table(rec))
@@ -143,7 +146,6 @@ def run_search(
     command: str,
 ) -> SearchResult:
     """Resolve, find the calibration, search, write the overlay, render; MarginError when nothing fits."""
-    from glmlaunch.calibrate.apply import TOKENS_KEY
     from glmlaunch.calibrate.render import search_tables
     from glmlaunch.calibrate.search import (
         overlay_yaml,
@@ -169,17 +171,20 @@ def run_search(
             note(
                 f"device total {format_size(total)}, {format_size(used)} held by others (from the inventory)"
             )
-    relax = [f"settings.{TOKENS_KEY}"] if objective == "max-batched-tokens" else []
-    found = lookup_calibration(config, inventory, relax=relax)
-    for w in found.warnings:
+    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.calibrate.learn import learn, target_version
+
+    loaded = Store.default().load()
+    for w in loaded.warnings:
         warn(w)
-    message = found.message()
-    if found.calibration is None:
+    learned = learn(config, loaded.records)
+    message = calibration_for(config, inventory).message
+    if learned.model is None:
         warn(message + " (the search runs on the ledger's defaults)")
-        for rej in found.rejected[1:]:
-            note(f"  {rej.record_id}: {rej.reason}")
     else:
         note(message)
+        for skipped in learned.skipped:
+            note(f"  skipped {skipped}")
         if used:
             note(
                 "the boot's T - F0 already holds what other processes used then; the memory they hold now "
@@ -188,7 +193,8 @@ def run_search(
     result = search(
         config,
         objective,
-        record=found.calibration,
+        model=learned.model,
+        version=target_version(config),
         calibration_message=message,
         total_bytes=total,
         used_by_others=used,

@@ -39,6 +39,7 @@ NON_MEMORY_SETTINGS: tuple[str, ...] = (
     "model.served_name",
     "parallel.gpus",  # which GPUs is identity (hardware.gpu_uuids), not a memory setting
     "model.weights_per_rank",  # a hint the calibration supersedes
+    "vllm_version",  # compared as software.vllm
     "memory.gpu_memory_utilization",
     "memory.kv_cache_memory_bytes",
     "memory.min_margin",

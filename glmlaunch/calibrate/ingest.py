@@ -43,16 +43,36 @@ def exact_total(config: DeploymentConfig, inventory: Inventory | None, boot: Boo
     return None
 
 
+def profile_differences(profile_config: DeploymentConfig, boot_config: DeploymentConfig) -> list[str]:
+    """Setting by setting, where a profile and the boot differ (memory-relevant settings)."""
+    from glmlaunch.calibrate.fingerprint import memory_settings
+
+    a, b = memory_settings(profile_config), memory_settings(boot_config)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            out.append(f"{key}: profile {a.get(key)!r}, boot {b.get(key)!r}")
+    return out
+
+
 def ingest_logs(
     paths: Sequence[Path],
     *,
-    config: DeploymentConfig,
+    config: DeploymentConfig | None,
     profile: str | None,
     inventory: Inventory | None,
     store: Store | None,
     versions: Mapping[str, str | None] | None = None,
 ) -> list[Ingested]:
-    """Parse each log as one boot, build its record, and save it unless ``store`` is None (dry run)."""
+    """Parse each log as one boot, build its record, and save it unless ``store`` is None (dry run).
+
+    The record is fingerprinted on the configuration the log itself shows (vLLM's non-default args, the
+    launcher's effective configuration); ``config`` (a ``-p`` profile) is only compared with it, never
+    adopted. A log that shows no configuration needs ``config``.
+    """
+    from glmlaunch.calibrate.bootconfig import boot_settings
+    from glmlaunch.calibrate.learn import BASE_PROFILE, config_from_settings
+
     if not paths:
         raise ConfigError("give at least one boot log", key="LOG")
     out: list[Ingested] = []
@@ -72,11 +92,47 @@ def ingest_logs(
                 value=str(path),
                 hint="ingest the whole output of `vllm serve` (its lines start with '(Worker_TP0… pid=…)')",
             )
+        settings = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
+        notes: list[str] = []
+        boot_cfg: DeploymentConfig | None = None
+        if settings:
+            try:
+                boot_cfg = config_from_settings(settings)
+            except GlmlaunchError as exc:
+                raise ConfigError(
+                    f"the configuration this log booted does not resolve here ({exc.one_line()})",
+                    key="LOG",
+                    value=str(path),
+                    hint="give the profile it booted with (-p NAME) or report the log",
+                ) from None
+        if boot_cfg is None:
+            if config is None:
+                raise ConfigError(
+                    "the log shows no configuration (no `non-default args:` line)",
+                    key="LOG",
+                    value=str(path),
+                    hint="give the profile it booted with: glmlaunch calibrate ingest LOG -p NAME",
+                )
+            boot_cfg = config
+            notes.append(f"keyed on profile {profile or 'default'}: the log shows no configuration")
+        elif config is not None:
+            diffs = profile_differences(config, boot_cfg)
+            if diffs:
+                notes.append(
+                    f"profile {profile} differs from the boot in {len(diffs)} setting(s); the record keeps "
+                    "the boot's: " + "; ".join(diffs)
+                )
         fingerprint = make_fingerprint(
-            config, inventory, vllm_version=boot.engine.vllm_version, versions=versions
+            boot_cfg, inventory, vllm_version=boot.engine.vllm_version, versions=versions
         )
         record = build_calibration(
-            boot, fingerprint, profile=profile, total_bytes=exact_total(config, inventory, boot)
+            boot,
+            fingerprint,
+            profile=profile,
+            total_bytes=exact_total(boot_cfg, inventory, boot),
+            boot_settings=settings,
+            base_profile=BASE_PROFILE if settings else None,
+            extra_notes=notes,
         )
         saved = store.save(record) if store is not None else None
         out.append(Ingested(record, saved))

@@ -13,7 +13,7 @@ Derivation (memory-model.md §6), per worker rank:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
@@ -48,6 +48,9 @@ class Calibration(BaseModel):
     ranks: list[CalibratedTerms]
     total_bytes_exact: bool
     notes: list[str] = []
+    # The configuration the boot ran, as glmlaunch settings over ``base_profile`` (from the log itself).
+    boot_settings: dict[str, Any] = {}
+    base_profile: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -64,7 +67,7 @@ class Calibration(BaseModel):
         if not self.ranks:
             return "the log has no worker rank lines"
         if self.boot.refused:
-            return "vLLM refused to start in this boot"
+            return "vLLM refused to start in this boot: " + _refusal_summary(self.boot)
         gaps = sorted({n for t in self.ranks for n in REQUIRED_TERMS if getattr(t, n) is None})
         return "missing " + ", ".join(gaps) + (" (log truncated?)" if not self.boot.complete else "")
 
@@ -77,6 +80,23 @@ class Calibration(BaseModel):
             if obs.tp_rank == index:
                 return terms
         return self.ranks[index]
+
+
+def _refusal_summary(boot: BootLog) -> str:
+    refusals = [
+        *boot.engine.refusals,
+        *boot.unattributed_refusals,
+        *(r for o in boot.ranks for r in o.refusals),
+    ]
+    for r in refusals:
+        if r.kind == "kv-too-small" and r.kv_needed_bytes is not None and r.kv_available_bytes is not None:
+            return (
+                f"one {r.max_model_len or '?'}-token request needs "
+                f"{r.kv_needed_bytes / GIB:.2f} GiB of KV cache, "
+                f"{r.kv_available_bytes / GIB:.2f} GiB available (vLLM's estimated maximum model length "
+                f"{r.estimated_max_model_len}); its W, G_e and P + N still calibrate the term model"
+            )
+    return refusals[0].message[:200] if refusals else "refused"
 
 
 def _exact_total(obs: RankObservation, total_bytes: int | None) -> tuple[int | None, bool]:
@@ -141,6 +161,9 @@ def build_calibration(
     profile: str | None,
     total_bytes: int | None = None,
     created_at: datetime | None = None,
+    boot_settings: dict[str, Any] | None = None,
+    base_profile: str | None = None,
+    extra_notes: list[str] | None = None,
 ) -> Calibration:
     """Turn a parsed boot into a record (pure; the store writes it)."""
     digest = fingerprint.digest
@@ -149,7 +172,7 @@ def build_calibration(
         derive_terms(obs, total_bytes=total_bytes, source=f"boot log {boot.source} ({obs.rank})")
         for obs in boot.ranks
     ]
-    notes: list[str] = []
+    notes: list[str] = list(extra_notes or [])
     if boot.repeated_ranks:
         repeated = ", ".join(boot.repeated_ranks)
         notes.append(f"the log holds more than one boot for {repeated}; the last one wins")
@@ -168,4 +191,6 @@ def build_calibration(
         ranks=[t for t, _ in derived],
         total_bytes_exact=exact,
         notes=notes,
+        boot_settings=dict(boot_settings or {}),
+        base_profile=base_profile,
     )

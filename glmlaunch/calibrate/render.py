@@ -141,16 +141,26 @@ def search_tables(result: SearchResult) -> list[Table]:
         diff.add_row("(none)", "—", "—")
     tables.append(diff)
 
-    proof = Table(title="proof: the best value fits, the next step up does not", expand=False)
+    from glmlaunch.calibrate.search import LOWEST
+
+    lowest = result.objective in LOWEST
+    neighbour = "next step down" if lowest else "next step up"
+    if result.best is None:
+        title = "no value in the searched range works: nothing to prove"
+    elif lowest:
+        title = "proof: vLLM accepts the best value (start gate and one request), not the next step down"
+    else:
+        title = "proof: the best value fits, the next step up does not"
+    proof = Table(title=title, expand=False)
     for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", "why not"):
         proof.add_column(col, no_wrap=col not in ("why not",))
     rows: list[tuple[str, Evaluation | None]] = [
         ("profile", result.original),
         ("best", result.best),
-        ("next step up", result.next_up),
+        (neighbour, result.next_up),
     ]
     if result.best is None:
-        rows.append(("lowest tried", result.lower_bound))
+        rows.append(("highest tried" if lowest else "bound tried", result.lower_bound))
     for label, ev in rows:
         if ev is None:
             continue

@@ -43,15 +43,20 @@ def _prediction_config(config: DeploymentConfig, record: Calibration) -> Deploym
 
 
 def compute_residuals(config: DeploymentConfig, record: Calibration) -> dict[str, Any]:
+    from glmlaunch.budget import compute_budget
+    from glmlaunch.calibrate.apply import model_calibration
+    from glmlaunch.calibrate.rigdefaults import rig_prior
     from glmlaunch.ledger import build_ledger
-    from glmlaunch.ledger.terms import terms
 
     cfg = _prediction_config(config, record)
-    ledger = build_ledger(cfg)
+    # What glmlaunch would have said without any record: the rig defaults where they apply, else the ledger's.
+    prior = rig_prior(cfg)
+    cal = model_calibration(cfg, prior, version=cfg.vllm_version) if prior is not None else None
+    ledger = build_ledger(cfg, calibration=cal)
+    budget = compute_budget(cfg, ledger, calibration=cal)
     ranks: list[dict[str, Any]] = []
-    for i, (obs, logged) in enumerate(zip(record.boot.ranks, record.ranks, strict=True)):
-        index = obs.tp_rank if obs.tp_rank is not None and obs.tp_rank < len(ledger.ranks) else i
-        t = terms(ledger.ranks[min(index, len(ledger.ranks) - 1)].entries)
+    t = budget  # ranks are alike in the ledger; the budget's terms include the term model's
+    for obs, logged in zip(record.boot.ranks, record.ranks, strict=True):
         pairs = {
             "W": (t.w, logged.weights_bytes),
             "P": (t.p, logged.activation_peak_bytes),
@@ -71,18 +76,17 @@ def compute_residuals(config: DeploymentConfig, record: Calibration) -> dict[str
             }
         )
     doc: dict[str, Any] = {
-        "predicted_from": "ledger defaults (no calibration), the boot's GMU and device total",
+        "predicted_from": (
+            "rig defaults (no record)" if cal is not None else "ledger defaults (no calibration)"
+        )
+        + ", the boot's own configuration, GMU and device total",
         "gpu_memory_utilization": cfg.memory.gpu_memory_utilization,
         "total_bytes": cfg.hardware.memory_per_gpu,
         "ranks": ranks,
     }
-    kv_entry = ledger.entry("kv_cache")
     tokens = record.boot.engine.kv_cache_tokens
-    if kv_entry is not None and tokens is not None:
-        from glmlaunch.ledger import kv_cache
-
-        per_token = kv_cache.geometry(cfg).bytes_per_token
-        predicted_tokens = (kv_entry.device_bytes // per_token) * cfg.parallel.dcp if per_token else 0
+    if tokens is not None:
+        predicted_tokens = budget.kv_tokens
         doc["kv_tokens"] = {
             "predicted": predicted_tokens,
             "logged": tokens,
@@ -94,6 +98,10 @@ def compute_residuals(config: DeploymentConfig, record: Calibration) -> dict[str
 def residuals_document(record: Calibration, config: DeploymentConfig | None = None) -> dict[str, Any]:
     """Residuals for a record, against the configuration it was ingested with (rebuilt from the profile)."""
     cfg = config
+    if cfg is None and record.boot_settings:
+        from glmlaunch.calibrate.learn import record_config
+
+        cfg = record_config(record)
     if cfg is None:
         from glmlaunch.resolve import resolve_config
 
@@ -124,7 +132,7 @@ def residuals_table(doc: dict[str, Any]) -> Table | None:
     if "ranks" not in doc:
         return None
     table = Table(
-        title="residuals: logged - predicted (ledger without calibration)",
+        title=f"residuals: logged - predicted ({doc.get('predicted_from', 'ledger defaults')})",
         caption="positive = the ledger under-predicted (KV: over-predicted when negative)",
         expand=False,
     )

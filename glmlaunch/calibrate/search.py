@@ -32,15 +32,23 @@ from typing import Any, Literal
 import yaml
 
 from glmlaunch.budget import Budget, compute_budget
-from glmlaunch.calibrate.apply import _with, ledger_calibration
-from glmlaunch.calibrate.records import Calibration
+from glmlaunch.calibrate.apply import _with, model_calibration
+from glmlaunch.calibrate.model import TermModel
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import build_ledger
 from glmlaunch.units import MIB, format_size
 
-Objective = Literal["max-batched-tokens", "max-kv-bytes", "max-gmu"]
-OBJECTIVES: tuple[str, ...] = ("max-batched-tokens", "max-kv-bytes", "max-gmu")
+Objective = Literal["max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "max-gmu", "min-gmu"]
+OBJECTIVES: tuple[str, ...] = (
+    "max-batched-tokens",
+    "max-prefill-capacity",
+    "max-kv-bytes",
+    "max-gmu",
+    "min-gmu",
+)
+# Objectives whose answer is the *lowest* value that works (the rest: the highest).
+LOWEST: frozenset[str] = frozenset({"min-gmu"})
 DEFAULT_TOKEN_STEP = 256
 
 
@@ -51,7 +59,7 @@ class Knob:
     step: int
 
     def value(self, index: int) -> int | float:
-        if self.objective == "max-gmu":
+        if self.objective in ("max-gmu", "min-gmu"):
             return round(index / 1000, 3)
         return index * self.step
 
@@ -60,7 +68,7 @@ class Knob:
             return "unset"
         if self.objective == "max-kv-bytes":
             return f"{int(value):,} B ({format_size(value)})"
-        if self.objective == "max-gmu":
+        if self.objective in ("max-gmu", "min-gmu"):
             return f"{value:.3f}"
         return f"{int(value):,}"
 
@@ -101,7 +109,6 @@ class Evaluation:
 class SearchResult:
     objective: Objective
     knob: Knob
-    calibration: Calibration | None
     calibration_message: str
     profile_config: DeploymentConfig  # as resolved, before --min-margin or un-pinning
     original: Evaluation
@@ -111,6 +118,7 @@ class SearchResult:
     range_end: int | float
     steps: tuple[tuple[int | float, bool], ...]
     notes: tuple[str, ...] = field(default=())
+    model: TermModel | None = None
 
     @property
     def limit_reached(self) -> bool:
@@ -122,13 +130,15 @@ class Evaluator:
 
     def __init__(
         self,
-        record: Calibration | None,
         *,
         total_bytes: int | None,
         used_by_others: int,
         required_margin: int,
+        model: TermModel | None = None,
+        version: str | None = None,
     ) -> None:
-        self.record = record
+        self.model = model
+        self.version = version
         self.total_bytes = total_bytes
         self.used_by_others = used_by_others
         self.required_margin = required_margin
@@ -136,25 +146,22 @@ class Evaluator:
         self.notes: list[str] = []
 
     def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Budget]]:
-        if self.record is None:
-            ledger = build_ledger(config)
-            budget = compute_budget(
-                config, ledger, total_bytes=self.total_bytes, used_by_others=self.used_by_others
-            )
-            return [(f"all {config.parallel.tp} ranks (ledger defaults)", budget)]
-        out: list[tuple[str, Budget]] = []
-        for obs, terms in zip(self.record.boot.ranks, self.record.ranks, strict=True):
-            cal = ledger_calibration(config, self.record, rank_terms=terms)
-            for note in cal.notes:
-                if note not in self.notes and not note.startswith("activation residual scaled"):
-                    self.notes.append(note)
-            total = self.total_bytes if self.total_bytes is not None else terms.total_bytes
+        if self.model is not None:
+            cal = model_calibration(config, self.model, version=self.version)
             ledger = build_ledger(config, calibration=cal)
             budget = compute_budget(
-                config, ledger, total_bytes=total, used_by_others=self.used_by_others, calibration=cal
+                config,
+                ledger,
+                total_bytes=self.total_bytes,
+                used_by_others=self.used_by_others,
+                calibration=cal,
             )
-            out.append((obs.rank, budget))
-        return out
+            return [(f"all {config.parallel.tp} ranks (term model)", budget)]
+        ledger = build_ledger(config)
+        budget = compute_budget(
+            config, ledger, total_bytes=self.total_bytes, used_by_others=self.used_by_others
+        )
+        return [(f"all {config.parallel.tp} ranks (ledger defaults)", budget)]
 
     def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
         if index in self.cache:
@@ -223,8 +230,12 @@ def knob_for(objective: str, *, step: int | None) -> Knob:
         return Knob("max-batched-tokens", "scheduler.max_num_batched_tokens", s)
     if step is not None:
         raise ConfigError("--step applies to max-batched-tokens only", key="--step", value=step)
+    if objective == "max-prefill-capacity":
+        return Knob("max-prefill-capacity", "exl3.prefill_capacity", DEFAULT_TOKEN_STEP)
     if objective == "max-kv-bytes":
         return Knob("max-kv-bytes", "memory.kv_cache_memory_bytes", MIB)
+    if objective == "min-gmu":
+        return Knob("min-gmu", "memory.gpu_memory_utilization", 1)
     return Knob("max-gmu", "memory.gpu_memory_utilization", 1)
 
 
@@ -232,13 +243,14 @@ def search(
     config: DeploymentConfig,
     objective: str,
     *,
-    record: Calibration | None,
     calibration_message: str,
     total_bytes: int | None = None,
     used_by_others: int = 0,
     min_margin: int | None = None,
     step: int | None = None,
     upper: int | float | None = None,
+    model: TermModel | None = None,
+    version: str | None = None,
 ) -> SearchResult:
     """Bisection for the largest feasible value of the objective's knob (pure, apart from the ledger)."""
     if config.comm.compressed_wire and not config.comm.allow_compressed_wire:
@@ -256,7 +268,13 @@ def search(
     if knob.objective != "max-kv-bytes" and config.memory.kv_cache_memory_bytes is not None:
         # A pinned KV size would hold KV constant and hide what the knob costs; search the GMU-sized KV.
         config = _with(config, "memory.kv_cache_memory_bytes", None)
-    ev = Evaluator(record, total_bytes=total_bytes, used_by_others=used_by_others, required_margin=required)
+    ev = Evaluator(
+        total_bytes=total_bytes,
+        used_by_others=used_by_others,
+        required_margin=required,
+        model=model,
+        version=version,
+    )
     steps: list[tuple[int | float, bool]] = []
 
     def at(index: int) -> Evaluation:
@@ -268,14 +286,43 @@ def search(
         return result
 
     original = Evaluator(
-        record, total_bytes=total_bytes, used_by_others=used_by_others, required_margin=required
+        total_bytes=total_bytes,
+        used_by_others=used_by_others,
+        required_margin=required,
+        model=model,
+        version=version,
     )
     current_value = _current(config, knob)
     base = original.evaluate(-1, config, current_value)
     notes = list(original.notes)
 
-    lo, hi = _range(config, knob, base, total_bytes=_total(record, total_bytes, config), upper=upper)
-    if knob.objective == "max-batched-tokens":
+    lo, hi = _range(config, knob, base, total_bytes=_total(total_bytes, config), upper=upper)
+    if knob.objective in LOWEST:
+        # the lowest GMU vLLM accepts: its start gate passes and one max_model_len request fits
+        # one request fitting is monotone in GMU; the start gate then decides whether vLLM boots at all
+        low = _first_true(lambda i: at(i).fits_one_request, lo, hi)
+        if low is not None and not all(c.budget.start_gate_ok for c in at(low).ranks):
+            low = None
+        best_low = at(low) if low is not None else None
+        below = at(low - 1) if low is not None and low > lo else None
+        for n in ev.notes:
+            if n not in notes:
+                notes.append(n)
+        return SearchResult(
+            objective=knob.objective,
+            knob=knob,
+            calibration_message=calibration_message,
+            profile_config=profile_config,
+            original=base,
+            best=best_low,
+            next_up=below,
+            lower_bound=None if best_low is not None else at(hi),
+            range_end=knob.value(hi),
+            steps=tuple(steps),
+            notes=tuple(notes),
+            model=model,
+        )
+    if knob.objective in ("max-batched-tokens", "max-prefill-capacity"):
         anchor: int | None = lo
     else:
         # one request fits from some value on: find it, then bisect feasibility above it
@@ -292,7 +339,6 @@ def search(
     return SearchResult(
         objective=knob.objective,
         knob=knob,
-        calibration=record,
         calibration_message=calibration_message,
         profile_config=profile_config,
         original=base,
@@ -302,25 +348,22 @@ def search(
         range_end=knob.value(hi),
         steps=tuple(steps),
         notes=tuple(notes),
+        model=model,
     )
 
 
 def _current(config: DeploymentConfig, knob: Knob) -> int | float | None:
     if knob.objective == "max-batched-tokens":
         return config.scheduler.max_num_batched_tokens
-    if knob.objective == "max-gmu":
+    if knob.objective == "max-prefill-capacity":
+        return config.exl3_prefill_capacity_effective
+    if knob.objective in ("max-gmu", "min-gmu"):
         return config.memory.gpu_memory_utilization
     return config.memory.kv_cache_memory_bytes
 
 
-def _total(record: Calibration | None, total_bytes: int | None, config: DeploymentConfig) -> int:
-    if total_bytes is not None:
-        return total_bytes
-    if record is not None:
-        totals = [t.total_bytes for t in record.ranks if t.total_bytes is not None]
-        if totals:
-            return min(totals)
-    return config.hardware.memory_per_gpu
+def _total(total_bytes: int | None, config: DeploymentConfig) -> int:
+    return total_bytes if total_bytes is not None else config.hardware.memory_per_gpu
 
 
 def _range(
@@ -337,6 +380,18 @@ def _range(
         floor = max(knob.step, config.scheduler.max_num_seqs * config.decode_step)
         lo = -(-floor // knob.step)
         top = int(upper) if upper is not None else config.scheduler.max_model_len
+        hi = top // knob.step
+    elif knob.objective == "max-prefill-capacity":
+        if not config.is_exl3:
+            raise ConfigError(
+                "the EXL3 prefill capacity only exists for an EXL3 checkpoint",
+                key="model.quantization",
+                value=config.model.quantization,
+                hint="pick another --objective",
+            )
+        lo = 1
+        # the scheduler never sends more than max_num_batched_tokens to one prefill
+        top = int(upper) if upper is not None else config.scheduler.max_num_batched_tokens
         hi = top // knob.step
     elif knob.objective == "max-kv-bytes":
         lo = 1
@@ -393,7 +448,9 @@ def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
     ]
     if result.next_up is not None:
         up = result.knob.show(result.next_up.value)
-        header.append(f"# next step up ({up}) fails: {'; '.join(result.next_up.reasons)}")
+        side = "down" if result.objective in LOWEST else "up"
+        why = "; ".join(result.next_up.reasons) or "vLLM refuses it"
+        header.append(f"# next step {side} ({up}) fails: {why}")
     else:
         header.append(f"# {result.knob.show(best.value)} is the end of the searched range")
     if result.knob.objective != "max-kv-bytes":
@@ -449,10 +506,16 @@ def result_document(result: SearchResult, *, overlay: Path | None) -> dict[str, 
     return {
         "objective": result.objective,
         "knob": result.knob.key,
-        "step": result.knob.step if result.objective == "max-batched-tokens" else None,
+        "step": result.knob.step
+        if result.objective in ("max-batched-tokens", "max-prefill-capacity")
+        else None,
         "calibration": {
-            "record_id": result.calibration.record_id if result.calibration else None,
             "message": result.calibration_message,
+            "term_model": (
+                {"origin": result.model.origin, "records": list(result.model.points)}
+                if result.model is not None
+                else None
+            ),
         },
         "lossless": {"dma_wire_mode": result.original.config.comm.dma_wire_mode, "changed": False},
         "original": evaluation_document(result.original, result.knob),

@@ -23,6 +23,9 @@ def entries(ctx: Context) -> list[Draft]:
     cal = ctx.calibrated("activation_bytes")
     if cal is not None:
         v, o, f = cal, "calibrated", f"calibration.activation_bytes = {fmt_int(cal)}"
+        why = ctx.calibration_note("p")
+        if why:
+            f += f"; the whole term: {why}"
     else:
         v, o = t * ACTIVATION_PER_TOKEN, "default"
         f = (
@@ -48,6 +51,9 @@ def entries(ctx: Context) -> list[Draft]:
         cal = ctx.calibrated("graph_bytes")
         if cal is not None:
             v, o, f = cal, "calibrated", f"calibration.graph_bytes = {fmt_int(cal)}"
+            why = ctx.calibration_note("g_e")
+            if why:
+                f += f"; the whole term: {why}"
         else:
             v, o, f = GRAPH_DEFAULT, "default", "512 * 1024 * 1024 (r14 log: estimated 0.49 GiB)"
         sizes = ctx.capture_sizes
@@ -78,6 +84,8 @@ def key(ctx: Context) -> tuple[object, ...]:
         cfg.scheduler.max_num_batched_tokens,
         ctx.calibrated("activation_bytes"),
         ctx.calibrated("graph_bytes"),
+        ctx.calibration_note("p"),
+        ctx.calibration_note("g_e"),
         ctx.capture_sizes,
         cfg.cudagraph.mode,
         cfg.memory.estimate_cudagraphs,

@@ -85,6 +85,13 @@ class Context:
         """Cheap identity of the constants row for memo keys (hashing the whole row is slow)."""
         return self.k.stack, self.k.source
 
+    def calibration_note(self, term: str) -> str | None:
+        """How a term model arrived at a whole budget term (``w``, ``p``, ``n``, ``g_e``, ``u_pre``)."""
+        explain = getattr(self.calibration, "explain", None) if self.calibration is not None else None
+        if not explain:
+            return None
+        return dict(explain).get(term)
+
     def calibrated(self, name: str) -> int | None:
         """A calibrated value by name from an object attribute or a mapping key; None when absent."""
         cal = self.calibration

@@ -28,6 +28,10 @@ NCCL_DCP_DEFAULT = 486 * MIB
 NONTORCH_DEFAULT = 448 * MIB
 
 
+# the budget term a calibrated driver entry is the residual of
+_TERM_OF = {"nccl_bytes": "u_pre", "nontorch_bytes": "n"}
+
+
 def _driver_entry(
     ctx: Context,
     *,
@@ -44,6 +48,9 @@ def _driver_entry(
     cal = ctx.calibrated(key)
     if cal is not None:
         value, origin, formula = cal, "calibrated", f"calibration.{key} = {fmt_int(cal)}"
+        why = ctx.calibration_note(_TERM_OF.get(key, ""))
+        if why:
+            formula += f"; the whole term: {why}"
     else:
         value, origin, formula = default, "default", default_formula
     return Draft(
@@ -131,4 +138,6 @@ def key(ctx: Context) -> tuple[object, ...]:
         ctx.calibrated("nccl_bytes"),
         ctx.calibrated("nccl_dcp_bytes"),
         ctx.calibrated("nontorch_bytes"),
+        ctx.calibration_note("u_pre"),
+        ctx.calibration_note("n"),
     )

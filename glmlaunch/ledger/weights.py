@@ -65,7 +65,10 @@ def entries(ctx: Context) -> list[Draft]:
     cal = ctx.calibrated("weights_bytes")
     path = cfg.model.path
     if cal is not None:
-        v, o, f = cal, "calibrated", f"calibration.weights_bytes = {fmt_int(cal)}"
+        # A term model says how it knows W: logged by a boot (calibrated) or carried over (estimate).
+        o = getattr(ctx.calibration, "weights_origin", None) or "calibrated"
+        why = ctx.calibration_note("w")
+        v, f = cal, f"calibration.weights_bytes = {fmt_int(cal)}" + (f" ({why})" if why else "")
     elif cfg.model.weights_per_rank is not None:
         v, o, f = (
             cfg.model.weights_per_rank,
@@ -104,4 +107,11 @@ def entries(ctx: Context) -> list[Draft]:
 def key(ctx: Context) -> tuple[object, ...]:
     """Everything :func:`entries` reads (the ledger memoizes on it; a model directory is read once)."""
     cfg = ctx.config
-    return (cfg.parallel.tp, cfg.model.path, cfg.model.weights_per_rank, ctx.calibrated("weights_bytes"))
+    return (
+        cfg.parallel.tp,
+        cfg.model.path,
+        cfg.model.weights_per_rank,
+        ctx.calibrated("weights_bytes"),
+        ctx.calibration_note("w"),
+        getattr(ctx.calibration, "weights_origin", None),
+    )

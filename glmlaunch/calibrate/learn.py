@@ -1,0 +1,180 @@
+"""From stored records to the term model a plan uses: which records apply, the prior, the fit.
+
+A record applies to a plan when both run on the same rig shape: GPU model, library stack, model runner,
+TP and DCP (T - F0 and the graph passes depend on them). Every other knob may differ: that is what the
+term model (:mod:`.model`) transfers. W additionally needs the same checkpoint (or an explicit estimate).
+
+The prior is the rig's defaults (:mod:`.rigdefaults`) for the RTX PRO 6000 rig the shipped profiles
+describe, zero elsewhere (the ledger's own H200 defaults then stand for each residual).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from pydantic import ValidationError
+
+from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
+from glmlaunch.calibrate.records import Calibration
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.errors import ConfigError
+
+BASE_PROFILE = "r12-exl3"
+
+
+def group_key(cfg: DeploymentConfig) -> tuple[object, ...]:
+    return (cfg.hardware.gpu_model, cfg.stack, cfg.runner, cfg.parallel.tp, cfg.parallel.dcp)
+
+
+def describe_group(cfg: DeploymentConfig) -> str:
+    return (
+        f"{cfg.hardware.gpu_model}, stack {cfg.stack}, runner {cfg.runner}, "
+        f"TP{cfg.parallel.tp}/DCP{cfg.parallel.dcp}"
+    )
+
+
+@lru_cache(maxsize=8)
+def _base_dump(base: str) -> str:
+    from glmlaunch.resolve import resolve_config
+
+    return json.dumps(resolve_config(base, (), environ={}).config.model_dump(mode="json"))
+
+
+@lru_cache(maxsize=64)
+def _config_from_settings(base: str, settings_json: str) -> DeploymentConfig:
+    data: dict[str, Any] = json.loads(_base_dump(base))
+    for dotted, value in json.loads(settings_json).items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = value
+    try:
+        return DeploymentConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(
+            first["msg"], key=".".join(str(p) for p in first["loc"]), value=str(first.get("input"))[:80]
+        ) from None
+
+
+def config_from_settings(settings: dict[str, Any], base: str = BASE_PROFILE) -> DeploymentConfig:
+    """The shipped ``base`` profile with every setting the boot logged applied on top."""
+    return _config_from_settings(base, json.dumps(settings, sort_keys=True, default=str))
+
+
+def record_config(record: Calibration) -> DeploymentConfig | None:
+    if not record.boot_settings:
+        return None
+    try:
+        return config_from_settings(record.boot_settings, record.base_profile or BASE_PROFILE)
+    except Exception:  # a record written by another version, with settings this one rejects
+        return None
+
+
+def record_point(record: Calibration, config: DeploymentConfig | None = None) -> Point | None:
+    """The worst rank's terms of one record, with the configuration the boot ran."""
+    cfg = config or record_config(record)
+    if cfg is None or not record.ranks:
+        return None
+    worst = record.worst()
+    pn: int | None = None
+    p, n = worst.activation_peak_bytes, worst.non_torch_bytes
+    if p is None and record.boot.refused and None not in (worst.weights_bytes, worst.graph_estimate_bytes):
+        kv = worst.kv_cache_bytes
+        refusal_kv = next(
+            (r.kv_available_bytes for r in record.boot.engine.refusals if r.kv_available_bytes is not None),
+            None,
+        )
+        kv = kv if kv is not None else refusal_kv
+        total = worst.total_bytes or cfg.hardware.memory_per_gpu
+        if kv is not None:
+            gate = int(total * cfg.memory.gpu_memory_utilization)
+            pn = gate - int(worst.weights_bytes or 0) - int(worst.graph_estimate_bytes or 0) - kv
+    return Point(
+        label=record.record_id[:12] + " " + record.boot.source.rsplit("/", 1)[-1],
+        source=record.boot.source,
+        config=cfg,
+        vllm_version=record.boot.engine.vllm_version,
+        checkpoint=checkpoint_key(cfg),
+        w=worst.weights_bytes,
+        u_pre=worst.pre_snapshot_bytes,
+        p=p,
+        n=n,
+        g_e=worst.graph_estimate_bytes if (p is not None or pn is not None) else None,
+        pn=pn,
+        kv=worst.kv_cache_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class Learned:
+    model: TermModel | None
+    used: tuple[str, ...]
+    skipped: tuple[str, ...]  # "record: why"
+
+
+def learn(config: DeploymentConfig, records: Iterable[Calibration]) -> Learned:
+    """The term model for ``config``: the rig prior corrected by every applicable record."""
+    from glmlaunch.calibrate.rigdefaults import rig_prior
+
+    key = group_key(config)
+    points: list[Point] = []
+    skipped: list[str] = []
+    for rec in records:
+        if not rec.boot_settings:
+            skipped.append(f"{rec.record_id}: no boot configuration in the record (re-ingest its log)")
+            continue
+        cfg = record_config(rec)
+        if cfg is None:
+            skipped.append(f"{rec.record_id}: its boot settings do not resolve here")
+            continue
+        if group_key(cfg) != key:
+            skipped.append(f"{rec.record_id}: another rig shape ({describe_group(cfg)})")
+            continue
+        pt = record_point(rec, cfg)
+        if pt is None or (pt.w is None and pt.u_pre is None):
+            skipped.append(f"{rec.record_id}: the log reached no budget line")
+            continue
+        points.append(pt)
+    prior = rig_prior(config)
+    if not points and prior is None:
+        return Learned(None, (), tuple(skipped))
+    if not points and prior is not None:
+        return Learned(prior, (), tuple(skipped))
+    model = fit_model(
+        points,
+        prior.coefficients() if prior is not None else None,
+        prior_source=prior.description if prior is not None else "zero: no rig defaults for this GPU",
+        origin="calibrated",
+        description=f"{len(points)} record(s) of {describe_group(config)}",
+        prior_weights=prior.weights if prior is not None else None,
+        prior_n_by_version=prior.n_by_version if prior is not None else (),
+    )
+    return Learned(model, tuple(p.label for p in points), tuple(skipped))
+
+
+def points_from(records: Sequence[Calibration]) -> list[Point]:
+    out = []
+    for rec in records:
+        pt = record_point(rec)
+        if pt is not None:
+            out.append(pt)
+    return out
+
+
+def target_version(config: DeploymentConfig) -> str | None:
+    """The vLLM build a plan is for: the profile's ``vllm_version``, else the installed vLLM, else unknown."""
+    declared = getattr(config, "vllm_version", None)
+    if declared:
+        return str(declared)
+    from glmlaunch.calibrate.fingerprint import installed_versions
+
+    return installed_versions(("vllm",)).get("vllm")

@@ -1,0 +1,497 @@
+"""Term models: what a boot of configuration A says about a plan of configuration B.
+
+A boot log states vLLM's budget terms whole (memory-model.md §6): W, P, N, G_e and T - F0. The ledger
+itemizes what it can compute exactly for any configuration (pools, channels, DMA slab, indexer plans, EXL3
+arenas, the DCP transient). What is left of each term, the *residual* ``observed - itemized``, is modelled
+as a small linear function of the knobs that plausibly move it:
+
+=========  =============================================  ==========================================
+term       residual features                              why
+=========  =============================================  ==========================================
+``u_pre``  1                                              context + NCCL at a fixed world size / DCP
+``n``      1                                              NCCL lazies, cuBLAS workspaces
+``p``      1, batched tokens / 1024, MTP on               activations of the profile pass (the
+                                                          drafter runs its own)
+``g_e``    1, MTP on, largest capture size / 8            graph pools of target and drafter passes
+=========  =============================================  ==========================================
+
+Fitting: each term's coefficients start at a *prior* (the rig defaults of :mod:`.rigdefaults`, or zero) and
+take the minimum-norm least-squares correction that explains the records:
+``β = β0 + Xᵀ(XXᵀ + λI)⁻¹(y - Xβ0)``.
+One record moves the coefficients only along its own feature vector (it is reproduced exactly); several
+records give least squares; a direction no record varies keeps its prior, and the fit says so
+(``unidentified``). Every fit keeps the records it came from and its residual on each of them.
+
+Weights are not a residual: ``W`` = the checkpoint's weights + the MTP layer when k > 0, looked up per
+checkpoint and vLLM build (two builds of the same checkpoint logged different W), with the MTP layer's size
+taken from a pair of boots that differ only in k, and an explicit estimate across checkpoints of another
+EXL3 bit rate.
+
+Pure functions; the ledger is imported lazily (the ledger imports :mod:`.terms`, not this module).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from glmlaunch.config import DeploymentConfig
+from glmlaunch.units import GIB
+
+TERMS: tuple[str, ...] = ("u_pre", "n", "p", "g_e")
+TERM_FEATURES: dict[str, tuple[str, ...]] = {
+    "u_pre": ("const",),
+    "n": ("const",),
+    "p": ("const", "tokens", "mtp"),
+    "g_e": ("const", "mtp", "capture"),
+}
+FEATURE_DOC: dict[str, str] = {
+    "const": "1",
+    "tokens": "max_num_batched_tokens / 1024",
+    "mtp": "1 when MTP k > 0",
+    "capture": "largest CUDA-graph capture size / 8",
+}
+TERM_DOC: dict[str, str] = {
+    "u_pre": "T - F0 (context, NCCL, eager one-shot channel, DMA slab)",
+    "n": "N (non-torch increase during profiling)",
+    "p": "P (torch peak of the profile passes)",
+    "g_e": "G_e (CUDA-graph estimate)",
+    "w": "W (weights per rank)",
+}
+# Ledger entries that stand for the residual of a term (everything else is itemized exactly).
+RESIDUAL_ENTRIES: frozenset[str] = frozenset(
+    {
+        "weights",
+        "activations",
+        "runtime.nontorch_profiled",
+        "cudagraph.pool",
+        "runtime.cuda_context",
+        "runtime.nccl",
+        "runtime.nccl_dcp",
+    }
+)
+_RIDGE = 1e-9  # relative: keeps XXᵀ invertible when two records share a feature vector (they are averaged)
+
+
+def features(cfg: DeploymentConfig) -> dict[str, float]:
+    sizes = cfg.capture_sizes()
+    return {
+        "const": 1.0,
+        "tokens": cfg.scheduler.max_num_batched_tokens / 1024,
+        "mtp": 1.0 if cfg.mtp > 0 else 0.0,
+        "capture": (max(sizes) if sizes else 0) / 8,
+    }
+
+
+def itemized(cfg: DeploymentConfig) -> dict[str, int]:
+    """The ledger's exactly itemized part of each term for ``cfg`` (residual entries excluded)."""
+    from glmlaunch.ledger import build_ledger
+
+    out = dict.fromkeys(TERMS, 0)
+    for e in build_ledger(cfg).rank0.entries:
+        if e.name in RESIDUAL_ENTRIES or e.subsystem == "kv_cache":
+            continue
+        if e.kind == "workspace":
+            # vLLM's workspace arena is grow-only and shared with the forward pass: the real boots' peak is
+            # smaller than the indexer plans alone (0.75 GiB logged vs 1.04 GiB of plans at 3072 rows), so
+            # the plans are not additive to P; the activations residual stands for the whole peak.
+            continue
+        if e.lifetime == "pre-snapshot":
+            out["u_pre"] += e.device_bytes
+        elif e.lifetime == "profiled":
+            out["n" if e.kind in ("ipc", "driver") else "p"] += e.device_bytes
+        elif e.lifetime == "graph-estimated":
+            out["g_e"] += e.device_bytes
+    return out
+
+
+# --- observations --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Point:
+    """What one boot says: its configuration and the terms of its worst rank (bytes; None when unknown).
+
+    ``pn`` is P + N when the boot was refused before the free-memory line (only their sum is known then:
+    ``R - W - G_e - KV``).
+    """
+
+    label: str  # record id or log name
+    source: str  # the log file
+    config: DeploymentConfig
+    vllm_version: str | None
+    checkpoint: str
+    w: int | None = None
+    u_pre: int | None = None
+    p: int | None = None
+    n: int | None = None
+    g_e: int | None = None
+    pn: int | None = None
+    kv: int | None = None
+
+
+def checkpoint_key(cfg: DeploymentConfig) -> str:
+    """The checkpoint's identity for W: its directory or hub name (last path part), revision and TP."""
+    path = (cfg.model.path or "unknown").rstrip("/").rsplit("/", 1)[-1]
+    rev = f"@{cfg.model.revision[:12]}" if cfg.model.revision else ""
+    return f"{path}{rev} tp{cfg.parallel.tp}"
+
+
+# GLM-5.2 config.json (memory-model.md §7): 3 dense layers, 256 routed experts of intermediate size 2048.
+GLM52_DENSE_LAYERS = 3
+GLM52_ROUTED_EXPERTS = 256
+GLM52_MOE_INTERMEDIATE = 2048
+
+_BPW_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)bpw", re.IGNORECASE)
+
+
+def bits_per_weight(checkpoint: str) -> float | None:
+    m = _BPW_RE.search(checkpoint)
+    return float(m.group(1)) if m else None
+
+
+def expert_params_per_rank(cfg: DeploymentConfig) -> int:
+    """Routed-expert parameters one TP rank holds: MoE layers x experts x 3 matrices (gate, up, down)."""
+    g = cfg.model.geometry
+    moe_layers = g.num_hidden_layers - GLM52_DENSE_LAYERS
+    per_expert = 3 * g.hidden_size * GLM52_MOE_INTERMEDIATE
+    return moe_layers * GLM52_ROUTED_EXPERTS * per_expert // cfg.parallel.tp
+
+
+# --- fitting ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TermFit:
+    term: str
+    features: tuple[str, ...]
+    coefficients: dict[str, float]  # bytes per unit of each feature
+    prior: dict[str, float]
+    prior_source: str
+    sources: tuple[str, ...]  # labels of the points that moved the fit
+    residuals: tuple[tuple[str, int], ...]  # (label, observed - fitted) on each point
+    unidentified: tuple[str, ...]  # features no two points varied: they keep their prior
+
+    def residual_bytes(self, cfg: DeploymentConfig) -> int:
+        x = features(cfg)
+        return round(sum(self.coefficients[f] * x[f] for f in self.features))
+
+    def formula(self, cfg: DeploymentConfig) -> str:
+        x = features(cfg)
+        parts = [
+            f"{self.coefficients[f] / 2**20:+,.1f} MiB x {FEATURE_DOC[f]} ({x[f]:g})" for f in self.features
+        ]
+        return " ".join(parts)
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (a is small and symmetric positive definite)."""
+    n = len(b)
+    m = [[*row, b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[piv] = m[piv], m[col]
+        if m[col][col] == 0:
+            continue
+        for r in range(n):
+            if r != col and m[r][col] != 0:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
+
+
+def fit_term(
+    term: str,
+    rows: Sequence[tuple[str, Mapping[str, float], float]],
+    prior: Mapping[str, float] | None = None,
+    *,
+    prior_source: str = "zero",
+) -> TermFit:
+    """Minimum-norm correction of ``prior`` that fits ``rows`` = (label, features, residual bytes)."""
+    feats = TERM_FEATURES[term]
+    beta0 = [float((prior or {}).get(f, 0.0)) for f in feats]
+    # Work in GiB so the system is well conditioned; features are O(1) by construction.
+    x = [[r[1][f] for f in feats] for r in rows]
+    y = [r[2] / GIB for r in rows]
+    b0 = [v / GIB for v in beta0]
+    beta = list(b0)
+    if rows:
+        resid = [yi - sum(a * c for a, c in zip(xi, b0, strict=True)) for xi, yi in zip(x, y, strict=True)]
+        gram = [[sum(a * c for a, c in zip(xi, xj, strict=True)) for xj in x] for xi in x]
+        scale = max(1.0, max(gram[i][i] for i in range(len(x))))
+        for i in range(len(x)):
+            gram[i][i] += _RIDGE * scale
+        alpha = _solve(gram, resid)
+        beta = [b0[k] + sum(alpha[i] * x[i][k] for i in range(len(x))) for k in range(len(feats))]
+    coef = {f: beta[k] * GIB for k, f in enumerate(feats)}
+    unidentified = tuple(
+        f for k, f in enumerate(feats) if f != "const" and len({round(xi[k], 9) for xi in x}) <= 1
+    )
+    if not rows:
+        unidentified = tuple(feats)
+    residuals = tuple(
+        (label, round(y_bytes - sum(coef[f] * fx[f] for f in feats))) for label, fx, y_bytes in rows
+    )
+    return TermFit(
+        term=term,
+        features=feats,
+        coefficients=coef,
+        prior={f: float((prior or {}).get(f, 0.0)) for f in feats},
+        prior_source=prior_source,
+        sources=tuple(r[0] for r in rows),
+        residuals=residuals,
+        unidentified=unidentified,
+    )
+
+
+@dataclass(frozen=True)
+class WeightsModel:
+    """W per (checkpoint, vLLM build, MTP on), and the MTP layer's size per checkpoint."""
+
+    table: tuple[tuple[str, str, bool, int, str], ...]  # (checkpoint, version, mtp, bytes, source)
+    mtp_layer: tuple[tuple[str, int, str], ...]  # (checkpoint, bytes, how)
+
+    def predict(self, cfg: DeploymentConfig, version: str | None = None) -> tuple[int, str, str] | None:
+        """(bytes, origin, explanation) or None when nothing is known of this checkpoint or a kin."""
+        ck = checkpoint_key(cfg)
+        mtp = cfg.mtp > 0
+
+        def mean(rows: list[tuple[str, str, bool, int, str]]) -> int:
+            return round(sum(r[3] for r in rows) / len(rows))
+
+        same = [r for r in self.table if r[0] == ck and r[2] == mtp]
+        exact = [r for r in same if version is not None and r[1] == version]
+        if exact:
+            return mean(exact), "calibrated", f"logged by {', '.join(sorted({r[4] for r in exact}))}"
+        if same:
+            builds = sorted({r[1] for r in same})
+            spread = max(r[3] for r in same) - min(r[3] for r in same)
+            why = f"logged by {', '.join(sorted({r[4] for r in same}))}"
+            if len(builds) > 1:
+                why += f"; mean over vLLM builds {', '.join(builds)} (they differ by {spread / GIB:.2f} GiB)"
+            return mean(same), "calibrated", why
+        other = [r for r in self.table if r[0] == ck and r[2] != mtp]
+        layer = next((m for m in self.mtp_layer if m[0] == ck), None) or (
+            self.mtp_layer[0] if self.mtp_layer else None
+        )
+        if other and layer is not None:
+            base = mean(other)
+            value = base + layer[1] if mtp else base - layer[1]
+            sign = "+" if mtp else "-"
+            return (
+                value,
+                "calibrated",
+                f"W with MTP {'off' if mtp else 'on'} ({base / GIB:.2f} GiB, {_logs(other)})"
+                f" {sign} the MTP layer {layer[1] / GIB:.2f} GiB ({layer[2]})",
+            )
+        if other:
+            # No pair of boots that differ only in k: the MTP layer is one more decoder layer's share of W.
+            g = cfg.model.geometry
+            base = mean(other)
+            layers = g.num_hidden_layers + (0 if mtp else g.num_mtp_layers)
+            per_layer = base // max(1, layers)
+            value = base + per_layer * g.num_mtp_layers if mtp else base - per_layer * g.num_mtp_layers
+            return (
+                value,
+                "estimate",
+                f"W with MTP {'off' if mtp else 'on'} ({base / GIB:.2f} GiB, {_logs(other)})"
+                f" {'+' if mtp else '-'} one layer's average share ({per_layer / GIB:.2f} GiB): "
+                "no pair of boots "
+                "differing only in MTP identifies the MTP layer (the real one may be larger: its own head)",
+            )
+        # Another checkpoint of the same model at another EXL3 bit rate: the routed experts scale with it.
+        bpw = bits_per_weight(ck)
+        kin = [r for r in self.table if r[2] == mtp and bits_per_weight(r[0]) is not None]
+        if bpw is not None and kin:
+            ref = kin[0]
+            ref_bpw = bits_per_weight(ref[0]) or bpw
+            delta = round(expert_params_per_rank(cfg) * (bpw - ref_bpw) / 8)
+            return (
+                ref[3] + delta,
+                "estimate",
+                f"{ref[0]} ({ref[3] / GIB:.2f} GiB, {ref[4]}) with routed experts at {bpw:g} instead of "
+                f"{ref_bpw:g} bits: {expert_params_per_rank(cfg):,} params/rank x {bpw - ref_bpw:+g}/8 B",
+            )
+        return None
+
+
+def _logs(rows: Iterable[tuple[str, str, bool, int, str]]) -> str:
+    return ", ".join(sorted({r[4] for r in rows}))
+
+
+def fit_weights(points: Iterable[Point]) -> WeightsModel:
+    table = tuple(
+        (p.checkpoint, p.vllm_version or "unknown", p.config.mtp > 0, p.w, p.label)
+        for p in points
+        if p.w is not None
+    )
+    layers: list[tuple[str, int, str]] = []
+    for ck in sorted({r[0] for r in table}):
+        for version in sorted({r[1] for r in table if r[0] == ck}):
+            on = [r for r in table if r[0] == ck and r[1] == version and r[2]]
+            off = [r for r in table if r[0] == ck and r[1] == version and not r[2]]
+            if on and off:
+                w_on = sum(r[3] for r in on) / len(on)
+                w_off = sum(r[3] for r in off) / len(off)
+                layers.append(
+                    (
+                        ck,
+                        round(w_on - w_off),
+                        f"{on[0][4]} minus {off[0][4]}, vLLM {version}",
+                    )
+                )
+                break
+    return WeightsModel(table=table, mtp_layer=tuple(layers))
+
+
+@dataclass(frozen=True)
+class TermModel:
+    """Every term's fit, for one rig (GPU model), stack and parallel shape."""
+
+    fits: dict[str, TermFit]
+    weights: WeightsModel
+    origin: str  # "calibrated" (records) or "rig-default"
+    description: str
+    points: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+    # N's residual per vLLM build (two builds of the same stack logged 0.23 and 0.45 GiB): used when the
+    # plan names its build, the fit over every build otherwise.
+    n_by_version: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+
+    def coefficients(self) -> dict[str, dict[str, float]]:
+        return {t: dict(f.coefficients) for t, f in self.fits.items()}
+
+    def predict(self, cfg: DeploymentConfig, version: str | None = None) -> Prediction:
+        items = itemized(cfg)
+        terms: dict[str, int] = {}
+        residuals: dict[str, int] = {}
+        explain: dict[str, str] = {}
+        n_build = next((b for b in self.n_by_version if version is not None and b[0] == version), None)
+        for term, fit in self.fits.items():
+            r = fit.residual_bytes(cfg)
+            if term == "n" and n_build is not None:
+                r = n_build[1]
+            residuals[term] = r
+            terms[term] = items[term] + r
+            worst = max((abs(v) for _, v in fit.residuals), default=0)
+            src = f"records {', '.join(fit.sources)}" if fit.sources else f"prior ({fit.prior_source})"
+            unid = (
+                f"; not identified by the records, kept from the prior: {', '.join(fit.unidentified)}"
+                if (fit.sources and fit.unidentified)
+                else ""
+            )
+            if term == "n" and n_build is not None:
+                explain[term] = (
+                    f"{TERM_DOC[term]} = itemized {items[term] / 2**20:,.1f} MiB + residual of vLLM build "
+                    f"{n_build[0]} {r / 2**20:,.1f} MiB = {terms[term] / GIB:.3f} GiB; "
+                    f"from {', '.join(n_build[2])}"
+                )
+                continue
+            explain[term] = (
+                f"{TERM_DOC[term]} = itemized {items[term] / 2**20:,.1f} MiB + residual {fit.formula(cfg)}"
+                f" = {terms[term] / GIB:.3f} GiB; from {src}; max |residual| on them "
+                f"{worst / 2**20:,.1f} MiB{unid}"
+            )
+        w = self.weights.predict(cfg, version)
+        w_origin = "default"
+        if w is not None:
+            terms["w"], w_origin, why = w
+            explain["w"] = f"{TERM_DOC['w']} = {terms['w'] / GIB:.2f} GiB: {why}"
+        return Prediction(terms=terms, residuals=residuals, explain=explain, w_origin=w_origin, model=self)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    terms: dict[str, int]  # whole terms: u_pre, n, p, g_e and w when known
+    residuals: dict[str, int]  # the modelled (non-itemized) part of u_pre, n, p, g_e
+    explain: dict[str, str]
+    w_origin: str
+    model: TermModel
+
+
+def fit_model(
+    points: Sequence[Point],
+    prior: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    prior_source: str = "zero",
+    origin: str = "calibrated",
+    description: str = "",
+    prior_weights: WeightsModel | None = None,
+    prior_n_by_version: tuple[tuple[str, int, tuple[str, ...]], ...] = (),
+) -> TermModel:
+    """Fit every term from ``points`` (each with its itemized part computed for its own configuration)."""
+    rows: dict[str, list[tuple[str, Mapping[str, float], float]]] = {t: [] for t in TERMS}
+    n_rows: dict[str, tuple[Mapping[str, float], float]] = {}
+    for p in points:
+        x = features(p.config)
+        items = itemized(p.config)
+        for term in ("u_pre", "n", "g_e"):
+            v = getattr(p, term)
+            if v is not None:
+                rows[term].append((p.label, x, float(v - items[term])))
+        if p.p is not None:
+            rows["p"].append((p.label, x, float(p.p - items["p"])))
+        if p.n is not None:
+            n_rows[p.label] = (x, float(p.n - items["n"]))
+    fits = {
+        t: fit_term(t, rows[t], (prior or {}).get(t), prior_source=prior_source)
+        for t in ("u_pre", "n", "g_e")
+    }
+    # A refused boot tells P + N only: its P is that sum less N (of its own vLLM build when known).
+    n_of_build: dict[str, list[float]] = {}
+    for p in points:
+        if p.label in n_rows:
+            n_of_build.setdefault(p.vllm_version or "unknown", []).append(n_rows[p.label][1])
+    for p in points:
+        if p.p is None and p.pn is not None:
+            items = itemized(p.config)
+            same = n_of_build.get(p.vllm_version or "unknown")
+            n_resid = sum(same) / len(same) if same else fits["n"].residual_bytes(p.config)
+            n_fit = items["n"] + n_resid
+            rows["p"].append(
+                (f"{p.label} (P = P+N - fitted N)", features(p.config), float(p.pn - n_fit - items["p"]))
+            )
+    fits["p"] = fit_term("p", rows["p"], (prior or {}).get("p"), prior_source=prior_source)
+    weights = fit_weights(points)
+    if prior_weights is not None:
+        # a record of a log the rig defaults were fitted on stands for that log: keep one of the two
+        logs = {r[4].rsplit(" ", 1)[-1] for r in weights.table}
+        weights = WeightsModel(
+            table=weights.table
+            + tuple(r for r in prior_weights.table if r[4].rsplit(" ", 1)[-1] not in logs),
+            mtp_layer=weights.mtp_layer
+            + tuple(m for m in prior_weights.mtp_layer if m[0] not in {x[0] for x in weights.mtp_layer}),
+        )
+    by_version: dict[str, list[tuple[str, float]]] = {}
+    for p in points:
+        if p.label in n_rows:
+            by_version.setdefault(p.vllm_version or "unknown", []).append((p.label, n_rows[p.label][1]))
+    n_versions = tuple(
+        (v, round(sum(x for _, x in rows_) / len(rows_)), tuple(lb for lb, _ in rows_))
+        for v, rows_ in sorted(by_version.items())
+    )
+    if prior_n_by_version:
+        known = {v[0] for v in n_versions}
+        n_versions += tuple(v for v in prior_n_by_version if v[0] not in known)
+    return TermModel(
+        fits={t: fits[t] for t in TERMS},
+        weights=weights,
+        origin=origin,
+        description=description,
+        points=tuple(p.label for p in points),
+        n_by_version=n_versions,
+    )
+
+
+def kv_tokens(kv_bytes: int, bytes_per_token: int, dcp: int, block: int = 64) -> int:
+    """Tokens vLLM's KV cache holds: whole blocks of ``block`` tokens per rank, times DCP."""
+    if bytes_per_token <= 0 or kv_bytes <= 0:
+        return 0
+    blocks = kv_bytes // (block * bytes_per_token)
+    return int(blocks * block * dcp)
+
+
+def gib(n: int | float) -> str:
+    return f"{n / GIB:.2f} GiB" if not math.isnan(float(n)) else "?"
