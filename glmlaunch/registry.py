@@ -438,6 +438,15 @@ KNOWN_PASSTHROUGH: frozenset[str] = frozenset(
         "VLLM_MARLIN_USE_ATOMIC_ADD",
         "VLLM_ATTENTION_BACKEND",
         "VLLM_ENABLE_V1_MULTIPROCESSING",
+        # the r14 GLM-5.2 EXL3 launcher's `profile runtime:` knobs (real boot logs, tests/fixtures/boot-logs)
+        "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE",
+        "VLLM_DISABLE_SHARED_EXPERTS_STREAM",
+        "VLLM_EXL3_PREFILL_BLOCK_M",
+        "VLLM_EXL3_PREFILL_CHUNK",
+        "VLLM_EXL3_TRELLIS_BLOCK_M",
+        "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD",
+        "VLLM_PCIE_ONESHOT_ALLOW_CROSS_NUMA",
+        "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD",
     }
 )
 

@@ -194,6 +194,19 @@ def test_cli_ingest_list_show(clean_env: dict[str, str], tmp_path: Path) -> None
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["record"]["record_id"] == full["record_id"]
 
+    # without an id: the term model the profile's plan uses, term by term, with its records and residuals
+    profile = tmp_path / "v3.yaml"
+    assert run_cli("profiles", "import", logs[0], "-o", str(profile), env=clean_env).returncode == 0
+    model = run_cli("calibrate", "show", "-p", str(profile), "--json", env=clean_env)
+    assert model.returncode == 0, model.stderr
+    doc = json.loads(model.stdout)["term_model"]
+    assert doc["origin"] == "calibrated" and len(doc["records"]) == 3
+    p = doc["terms"]["p"]
+    assert set(p["features"]) == {"const", "tokens", "mtp"} and p["records"]
+    assert all(abs(r) <= 16 * MIB for r in p["residuals_bytes"].values())
+    assert doc["terms"]["w"]["origin"] == "calibrated"
+    assert "P (torch peak" in doc["explain"]["p"]
+
 
 def test_cli_ingest_errors(clean_env: dict[str, str], tmp_path: Path) -> None:
     missing = run_cli("calibrate", "ingest", str(tmp_path / "nope.log"), env=clean_env)

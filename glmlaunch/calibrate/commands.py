@@ -10,7 +10,7 @@ from glmlaunch.calibrate.ingest import ingest_logs, inventory_for_ingest
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.render import boot_summary, list_table, record_document, terms_table
 from glmlaunch.calibrate.search import SearchResult
-from glmlaunch.calibrate.store import Store, lookup_calibration
+from glmlaunch.calibrate.store import Store
 from glmlaunch.config import DeploymentConfig
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.output import note, out_console, out_json, warn
@@ -98,26 +98,39 @@ def run_list(*, as_json: bool) -> list[Calibration]:
 def run_show(
     record_id: str | None, profile: str | None, overrides: Sequence[str], *, as_json: bool
 ) -> Calibration | None:
-    """One record by id; without an id, the record the profile would use (and why the others are not)."""
+    """One record by id; without an id, the term model the profile's plan uses: each term's coefficients,
+    the records it came from and its residual on each (and why other records do not apply)."""
     from glmlaunch.commands import resolve
 
     store = Store.default()
     record: Calibration | None
-    if record_id is not None:
-        record = store.get(record_id)
-    else:
+    if record_id is None:
+        from glmlaunch.calibrate.apply import calibration_for
+        from glmlaunch.calibrate.learn import learn, target_version
+        from glmlaunch.calibrate.render import model_document, model_table
+
         resolved = resolve(profile, overrides)
-        found = lookup_calibration(resolved.config, store=store)
-        for w in found.warnings:
+        loaded = store.load()
+        for w in loaded.warnings:
             warn(w)
-        note(found.message())
-        for rej in found.rejected:
-            note(f"  {rej.record_id}: {rej.reason}")
-        record = found.calibration
-        if record is None:
+        use = calibration_for(resolved.config, store=store)
+        note(use.message)
+        learned = learn(resolved.config, loaded.records)
+        for skipped in learned.skipped:
+            note(f"  skipped {skipped}")
+        if learned.model is None:
             if as_json:
-                out_json({"record": None, "message": found.message()})
+                out_json({"term_model": None, "message": use.message})
             return None
+        doc = model_document(learned.model, resolved.config, version=target_version(resolved.config))
+        if as_json:
+            out_json({"term_model": doc, "message": use.message})
+        else:
+            out_console.print(model_table(doc))
+            for line in doc["explain"].values():
+                note(line)
+        return None
+    record = store.get(record_id)
     residuals = _residuals(record)
     if as_json:
         out_json({"record": record_document(record, residuals=residuals)})

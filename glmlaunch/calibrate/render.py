@@ -7,8 +7,10 @@ from typing import Any
 from rich.table import Table
 
 from glmlaunch.calibrate.logs import BootLog
+from glmlaunch.calibrate.model import FEATURE_DOC, TERM_DOC, TermModel
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.search import Evaluation, SearchResult, changes
+from glmlaunch.config import DeploymentConfig
 from glmlaunch.units import format_size
 
 
@@ -214,4 +216,49 @@ def memory_map(ev: Evaluation, *, width: int = 40) -> Table:
         )
         bar += "." * max(0, round(width * terms["margin"] / total))
         table.add_row(r.rank, *(format_size(terms[k]) for k, _ in _MAP_TERMS), bar)
+    return table
+
+
+def model_document(model: TermModel, config: DeploymentConfig, *, version: str | None) -> dict[str, Any]:
+    """A term model as JSON: per term its features, coefficients, sources, residuals, what is unidentified."""
+    pred = model.predict(config, version)
+    terms: dict[str, Any] = {}
+    for term, fit in model.fits.items():
+        terms[term] = {
+            "meaning": TERM_DOC[term],
+            "features": {f: FEATURE_DOC[f] for f in fit.features},
+            "coefficients_bytes": {f: round(v) for f, v in fit.coefficients.items()},
+            "prior": fit.prior_source,
+            "records": list(fit.sources),
+            "residuals_bytes": {label: r for label, r in fit.residuals},
+            "unidentified": list(fit.unidentified),
+            "predicted_bytes": pred.terms.get(term),
+        }
+    terms["w"] = {"meaning": TERM_DOC["w"], "predicted_bytes": pred.terms.get("w"), "origin": pred.w_origin}
+    return {
+        "origin": model.origin,
+        "description": model.description,
+        "records": list(model.points),
+        "vllm_version": version,
+        "n_by_vllm_build": {v: r for v, r, _ in model.n_by_version},
+        "terms": terms,
+        "explain": pred.explain,
+    }
+
+
+def model_table(doc: dict[str, Any]) -> Table:
+    table = Table(title=f"term model ({doc['origin']}): {doc['description']}", expand=False)
+    for col in ("term", "predicted", "coefficients", "records", "max |residual|", "kept from the prior"):
+        table.add_column(col, no_wrap=col in ("term", "predicted"))
+    for term, t in doc["terms"].items():
+        coef = t.get("coefficients_bytes", {})
+        res = t.get("residuals_bytes", {})
+        table.add_row(
+            term,
+            _sz(t.get("predicted_bytes")),
+            ", ".join(f"{f} {v / 2**20:+,.1f} MiB" for f, v in coef.items()) or t.get("origin", "—"),
+            str(len(t.get("records", []))) if "records" in t else "—",
+            _sz(max((abs(v) for v in res.values()), default=0)) if res else "—",
+            ", ".join(t.get("unidentified", [])) or "—",
+        )
     return table
