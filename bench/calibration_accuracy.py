@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Leave-one-out accuracy of the calibrated plan on the real boot logs (tests/fixtures/boot-logs).
+
+For each boot that reached the KV-cache lines (and for the refused one): ingest every *other* log into a fresh
+calibration store, `glmlaunch profiles import` another complete boot as the base profile, plan this boot's
+knobs with `--set`, and compare the plan's KV bytes and KV tokens with what vLLM logged. A second pass plans
+with the rig defaults alone (an empty store). Every step is the real CLI in a subprocess.
+
+    .venv/bin/python bench/calibration_accuracy.py [--json]
+
+Caveat printed with the results: the shipped rig defaults were fitted on all five logs, so where a term is
+not identified by the other records (e.g. W with MTP off when only MTP-on boots remain) the default that
+fills it carries the held-out boot's own figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = sorted((ROOT / "tests" / "fixtures" / "boot-logs").glob("*.log"))
+GIB = 1024**3
+
+
+RIG_DEFAULTS: list[str] = []  # the rig-defaults file of the pass in progress ("" = the shipped one)
+
+
+def cli(*args: str, cache: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GLMLAUNCH_CACHE_DIR": str(cache), "NO_COLOR": "1"}
+    env.pop("GLMLAUNCH_PROFILE", None)
+    env.pop("GLMLAUNCH_RIG_DEFAULTS", None)
+    if RIG_DEFAULTS and RIG_DEFAULTS[-1]:
+        env["GLMLAUNCH_RIG_DEFAULTS"] = RIG_DEFAULTS[-1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "glmlaunch", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if check and proc.returncode not in (0, 4):
+        raise SystemExit(f"glmlaunch {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-800:]}")
+    return proc
+
+
+def logged(path: Path) -> dict[str, object]:
+    sys.path.insert(0, str(ROOT))
+    from glmlaunch.calibrate.bootconfig import boot_settings
+    from glmlaunch.calibrate.logs import parse_log_file
+
+    boot = parse_log_file(path)
+    r0 = boot.ranks[0]
+    refusal = next(iter(boot.engine.refusals), None)
+    return {
+        "terms": {
+            "W": r0.weights_bytes,
+            "P": r0.peak_activation_bytes,
+            "N": r0.non_torch_bytes,
+            "G_e": r0.graph_estimate_bytes,
+            "T-F0": (r0.total_bytes - r0.free_at_start_bytes)
+            if r0.total_bytes is not None and r0.free_at_start_bytes is not None
+            else None,
+        },
+        "kv_bytes": r0.kv_available_bytes,
+        "kv_tokens": boot.engine.kv_cache_tokens,
+        "complete": boot.complete and not boot.refused,
+        "refused": boot.refused,
+        "refusal": refusal.message[:160] if refusal else None,
+        "settings": boot_settings(boot.boot_config) if boot.boot_config else {},
+    }
+
+
+def plan_for(target: Path, base_log: Path, records: list[Path], work: Path) -> dict[str, object]:
+    cache = work / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    for log in records:
+        cli("calibrate", "ingest", str(log), cache=cache)
+    base = work / "base.yaml"
+    cli("profiles", "import", str(base_log), "-o", str(base), "--force", cache=cache)
+    base_cfg = json.loads(cli("config", "-p", str(base), "--json", cache=cache).stdout)
+    flat: dict[str, object] = {}
+
+    def walk(d: object, prefix: str = "") -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            flat[prefix[:-1]] = d
+
+    walk(base_cfg["config"])
+    want = logged(target)["settings"]
+    assert isinstance(want, dict)
+    sets = [
+        f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+        for k, v in sorted(want.items())
+        if flat.get(k) != v and k in flat
+    ]
+    args = ["plan", "-p", str(base), "--json"]
+    for s in sets:
+        args += ["--set", s]
+    proc = cli(*args, cache=cache)
+    doc = json.loads(proc.stdout)
+    b = doc["budget"]
+    return {
+        "terms": {
+            "W": b["weights_bytes"],
+            "P": b["profiled_torch_bytes"],
+            "N": b["profiled_non_torch_bytes"],
+            "G_e": b["graph_estimate_bytes"],
+            "T-F0": b["u_pre_bytes"],
+        },
+        "kv_bytes": b["kv_cache_bytes"],
+        "kv_tokens": b["kv_tokens"],
+        "verdict": doc["verdict"],
+        "request_fits": b["max_model_len_fits"],
+        "sets": len(sets),
+        "message": next(
+            (
+                ln
+                for ln in proc.stderr.splitlines()
+                if "calibration" in ln or "term model" in ln or "rig defaults" in ln
+            ),
+            "",
+        ),
+    }
+
+
+MODES = (
+    "strict: others' records, defaults refit without it",
+    "records + shipped rig defaults",
+    "shipped rig defaults only",
+)
+
+
+def MODES_RECORDS(others: list[Path]) -> list[tuple[str, list[Path]]]:
+    return [(MODES[0], others), (MODES[1], others), (MODES[2], [])]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    facts = {p: logged(p) for p in LOGS}
+    complete = [p for p in LOGS if facts[p]["complete"]]
+    targets = [p for p in LOGS if facts[p]["complete"] or facts[p]["refused"]]
+    rows = []
+    for target in targets:
+        others = [p for p in LOGS if p != target]
+        base_log = next(p for p in complete if p != target)
+        for mode, records in MODES_RECORDS(others):
+            with tempfile.TemporaryDirectory() as tmp:
+                RIG_DEFAULTS.append("")
+                if mode.startswith("strict"):
+                    from glmlaunch.calibrate.rigdefaults import derive_document
+
+                    path = Path(tmp) / "rig-defaults-without-this-boot.json"
+                    path.write_text(json.dumps(derive_document([str(p) for p in others])))
+                    RIG_DEFAULTS.append(str(path))
+                try:
+                    got = plan_for(target, base_log, records, Path(tmp))
+                finally:
+                    RIG_DEFAULTS.clear()
+            want = facts[target]
+            row = {
+                "boot": target.name,
+                "mode": mode,
+                "base": base_log.name,
+                **{f"plan_{k}": v for k, v in got.items()},
+            }
+            row["log_kv_bytes"] = want["kv_bytes"]
+            row["log_kv_tokens"] = want["kv_tokens"]
+            row["log_refused"] = want["refused"]
+            if want["kv_tokens"]:
+                row["kv_tokens_error"] = (int(got["kv_tokens"]) - int(want["kv_tokens"])) / int(
+                    want["kv_tokens"]
+                )  # type: ignore[arg-type]
+            if want["kv_bytes"]:
+                row["kv_bytes_error"] = (int(got["kv_bytes"]) - int(want["kv_bytes"])) / int(want["kv_bytes"])  # type: ignore[arg-type]
+            rows.append(row)
+    summary = {}
+    for mode in MODES:
+        errs = [abs(r["kv_tokens_error"]) for r in rows if r["mode"] == mode and "kv_tokens_error" in r]
+        refused_ok = all(
+            (r["plan_verdict"]["status"] == "refused" or not r["plan_request_fits"])
+            for r in rows
+            if r["mode"] == mode and r["log_refused"]
+        )
+        summary[mode] = {
+            "median_abs_kv_tokens_error": statistics.median(errs) if errs else None,
+            "max_abs_kv_tokens_error": max(errs) if errs else None,
+            "refused_boot_predicted_refused": refused_ok,
+        }
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summary}, indent=1))
+        return 0
+    print(
+        f"{'boot':48} {'mode':52} {'KV log':>10} {'KV plan':>10} "
+        f"{'tok log':>9} {'tok plan':>9} {'err':>7}  verdict"
+    )
+    for r in rows:
+        kvl = f"{r['log_kv_bytes'] / GIB:.3f}G" if r["log_kv_bytes"] else "-"
+        err = f"{r['kv_tokens_error'] * 100:+.2f}%" if "kv_tokens_error" in r else "-"
+        print(
+            f"{r['boot']:48} {r['mode']:52} {kvl:>10} {int(r['plan_kv_bytes']) / GIB:>9.3f}G "
+            f"{r['log_kv_tokens'] or '-':>9} {r['plan_kv_tokens']:>9} {err:>7}  "
+            f"{r['plan_verdict']['status']} sets={r['plan_sets']}"
+            f"{' (log: refused)' if r['log_refused'] else ''}"
+        )
+    print("per-term error (plan - log, MiB):")
+    for r in rows:
+        t = r["plan_terms"]
+        lt = facts[next(p for p in LOGS if p.name == r["boot"])]["terms"]
+        parts = [
+            f"{k} {(t[k] - lt[k]) / 2**20:+7.0f}" if lt.get(k) is not None else f"{k}      -"
+            for k in ("W", "P", "N", "G_e", "T-F0")
+        ]
+        print(f"  {r['boot']:48} {r['mode']:52} " + "  ".join(parts))
+    for mode, s in summary.items():
+        med, mx = s["median_abs_kv_tokens_error"], s["max_abs_kv_tokens_error"]
+        print(
+            f"{mode}: median |KV tokens error| {med * 100:.2f}%, max {mx * 100:.2f}%, "
+            f"refused boot predicted refused: {s['refused_boot_predicted_refused']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
