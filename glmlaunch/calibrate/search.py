@@ -298,41 +298,26 @@ def search(
 
     lo, hi = _range(config, knob, base, total_bytes=_total(total_bytes, config), upper=upper)
     if knob.objective in LOWEST:
-        # the lowest GMU vLLM accepts: its start gate passes and one max_model_len request fits
-        # one request fitting is monotone in GMU; the start gate then decides whether vLLM boots at all
+        # The lowest GMU vLLM accepts: one request fitting is monotone in GMU; the start gate then decides
+        # whether vLLM boots at all. The neighbour that proves it is the next step *down*.
         low = _first_true(lambda i: at(i).fits_one_request, lo, hi)
         if low is not None and not all(c.budget.start_gate_ok for c in at(low).ranks):
             low = None
-        best_low = at(low) if low is not None else None
-        below = at(low - 1) if low is not None and low > lo else None
-        for n in ev.notes:
-            if n not in notes:
-                notes.append(n)
-        return SearchResult(
-            objective=knob.objective,
-            knob=knob,
-            calibration_message=calibration_message,
-            profile_config=profile_config,
-            original=base,
-            best=best_low,
-            next_up=below,
-            lower_bound=None if best_low is not None else at(hi),
-            range_end=knob.value(hi),
-            steps=tuple(steps),
-            notes=tuple(notes),
-            model=model,
-        )
-    if knob.objective in ("max-batched-tokens", "max-prefill-capacity"):
-        anchor: int | None = lo
+        best = at(low) if low is not None else None
+        next_up = at(low - 1) if low is not None and low > lo else None
+        lower = None if best is not None else at(hi)
     else:
-        # one request fits from some value on: find it, then bisect feasibility above it
-        anchor = _first_true(lambda i: at(i).fits_one_request, lo, hi)
-    best_i = _last_true(lambda i: at(i).feasible, anchor, hi) if anchor is not None else None
-    best = at(best_i) if best_i is not None else None
-    next_up = at(best_i + 1) if best_i is not None and best_i < hi else None
-    lower = at(anchor) if anchor is not None and best is None else None
-    if next_up is not None and next_up.feasible:  # monotonicity broken: say so rather than claim optimality
-        notes.append(f"{knob.show(next_up.value)} is feasible too: feasibility is not monotone here")
+        if knob.objective in ("max-batched-tokens", "max-prefill-capacity"):
+            anchor: int | None = lo
+        else:
+            # one request fits from some value on: find it, then bisect feasibility above it
+            anchor = _first_true(lambda i: at(i).fits_one_request, lo, hi)
+        best_i = _last_true(lambda i: at(i).feasible, anchor, hi) if anchor is not None else None
+        best = at(best_i) if best_i is not None else None
+        next_up = at(best_i + 1) if best_i is not None and best_i < hi else None
+        lower = at(anchor) if anchor is not None and best is None else None
+        if next_up is not None and next_up.feasible:  # not monotone: say so rather than claim optimality
+            notes.append(f"{knob.show(next_up.value)} is feasible too: feasibility is not monotone here")
     for n in ev.notes:
         if n not in notes:
             notes.append(n)
