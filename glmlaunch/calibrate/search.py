@@ -146,22 +146,16 @@ class Evaluator:
         self.notes: list[str] = []
 
     def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Budget]]:
-        if self.model is not None:
-            cal = model_calibration(config, self.model, version=self.version)
-            ledger = build_ledger(config, calibration=cal)
-            budget = compute_budget(
-                config,
-                ledger,
-                total_bytes=self.total_bytes,
-                used_by_others=self.used_by_others,
-                calibration=cal,
-            )
-            return [(f"all {config.parallel.tp} ranks (term model)", budget)]
-        ledger = build_ledger(config)
+        cal = model_calibration(config, self.model, version=self.version) if self.model is not None else None
         budget = compute_budget(
-            config, ledger, total_bytes=self.total_bytes, used_by_others=self.used_by_others
+            config,
+            build_ledger(config, calibration=cal),
+            total_bytes=self.total_bytes,
+            used_by_others=self.used_by_others,
+            calibration=cal,
         )
-        return [(f"all {config.parallel.tp} ranks (ledger defaults)", budget)]
+        basis = "term model" if cal is not None else "ledger defaults"
+        return [(f"all {config.parallel.tp} ranks ({basis})", budget)]
 
     def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
         if index in self.cache:
@@ -268,13 +262,16 @@ def search(
     if knob.objective != "max-kv-bytes" and config.memory.kv_cache_memory_bytes is not None:
         # A pinned KV size would hold KV constant and hide what the knob costs; search the GMU-sized KV.
         config = _with(config, "memory.kv_cache_memory_bytes", None)
-    ev = Evaluator(
-        total_bytes=total_bytes,
-        used_by_others=used_by_others,
-        required_margin=required,
-        model=model,
-        version=version,
-    )
+    def evaluator() -> Evaluator:
+        return Evaluator(
+            total_bytes=total_bytes,
+            used_by_others=used_by_others,
+            required_margin=required,
+            model=model,
+            version=version,
+        )
+
+    ev = evaluator()
     steps: list[tuple[int | float, bool]] = []
 
     def at(index: int) -> Evaluation:
@@ -285,13 +282,7 @@ def search(
             steps.append((value, result.feasible))
         return result
 
-    original = Evaluator(
-        total_bytes=total_bytes,
-        used_by_others=used_by_others,
-        required_margin=required,
-        model=model,
-        version=version,
-    )
+    original = evaluator()
     current_value = _current(config, knob)
     base = original.evaluate(-1, config, current_value)
     notes = list(original.notes)
