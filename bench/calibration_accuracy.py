@@ -154,7 +154,7 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 RIG_DEFAULTS.append("")
                 if mode.startswith("strict"):
-                    from glmlaunch.calibrate.rigdefaults import derive_document
+                    from glmlaunch.calibrate.derive import derive_document
 
                     path = Path(tmp) / "rig-defaults-without-this-boot.json"
                     path.write_text(json.dumps(derive_document([str(p) for p in others])))

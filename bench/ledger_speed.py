@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Any
 
-from glmlaunch.budget import compute_budget
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.resolve import resolve_config
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger import build_ledger, clear_caches
-from glmlaunch.resolve import resolve_config
+from glmlaunch.ledger.budget import compute_budget
 
 
 def vary(config: DeploymentConfig, section: str, **values: Any) -> DeploymentConfig:

@@ -57,7 +57,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON document on stdo
 @app.command("config")
 def config_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the resolved configuration and where every value came from."""
-    from glmlaunch import commands
+    from glmlaunch.config import commands
 
     commands.show_config(profile, set_ or [], as_json=json_)
 
@@ -72,7 +72,7 @@ def env_cmd(
     ] = None,
 ) -> None:
     """Print export lines for the resolved environment: eval "$(glmlaunch env -p NAME)"."""
-    from glmlaunch import commands
+    from glmlaunch.config import commands
 
     commands.show_env(profile, set_ or [], shell=shell)
 
@@ -80,7 +80,7 @@ def env_cmd(
 @app.command("args")
 def args_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the `vllm serve` argument vector, one argument per line (or JSON)."""
-    from glmlaunch import commands
+    from glmlaunch.config import commands
 
     commands.show_args(profile, set_ or [], as_json=json_)
 
@@ -98,7 +98,7 @@ def hw_cmd(
     inventory: InventoryOpt = None,
 ) -> None:
     """Show the GPU inventory NVML reports (or a saved one)."""
-    from glmlaunch import hwcommands
+    from glmlaunch.hardware import commands as hwcommands
 
     hwcommands.show_hw(inventory, save, as_json=json_)
 
@@ -115,17 +115,24 @@ def check_cmd(
     ] = "serve",
 ) -> None:
     """Check the hardware against a profile: one table, exit 0/3/4/7/8 (README: Exit codes)."""
-    from glmlaunch import hwcommands
+    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.hardware import commands as hwcommands
 
     hwcommands.run_check(
-        profile, set_ or [], inventory_file=inventory, purpose=purpose, strict=strict, as_json=json_
+        profile,
+        set_ or [],
+        inventory_file=inventory,
+        purpose=purpose,
+        strict=strict,
+        as_json=json_,
+        calibration_lookup=calibration_for,
     )
 
 
 @profiles_app.command("list")
 def profiles_list_cmd(json_: JsonOpt = False) -> None:
     """List profiles with their description and inheritance."""
-    from glmlaunch import commands
+    from glmlaunch.config import commands
 
     commands.list_profiles(as_json=json_)
 
@@ -133,7 +140,7 @@ def profiles_list_cmd(json_: JsonOpt = False) -> None:
 @profiles_app.command("show")
 def profiles_show_cmd(name: Annotated[str, typer.Argument(help="profile name or path")]) -> None:
     """Print a profile file and the chain it extends."""
-    from glmlaunch import commands
+    from glmlaunch.config import commands
 
     commands.show_profile(name)
 
@@ -143,7 +150,7 @@ def profiles_schema_cmd(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write to a file instead")] = None,
 ) -> None:
     """Print the JSON Schema of the profile format (for editors)."""
-    from glmlaunch import commands
+    from glmlaunch.config import commands
 
     commands.profile_schema(output)
 
@@ -160,7 +167,7 @@ def profiles_import_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing --output file")] = False,
 ) -> None:
     """Write a profile that reproduces the configuration a vLLM boot log ran with."""
-    from glmlaunch import profile_import
+    from glmlaunch.calibrate import profile_import
 
     profile_import.run_import(log, output=output, base=base, force=force)
 
@@ -316,7 +323,7 @@ def serve_cmd(
     inventory: InventoryOpt = None,
 ) -> None:
     """Resolve, check, plan, preflight, then exec `vllm serve` (the container entrypoint)."""
-    from glmlaunch import serve as serve_mod
+    from glmlaunch.launch import serve as serve_mod
 
     serve_mod.validate_json_flag(as_json=json_, dry_run=dry_run)
     plan = serve_mod.serve(
@@ -363,8 +370,8 @@ def plan_cmd(
     library: LibraryOpt = "builtin",
 ) -> None:
     """Every allocation per GPU rank, the KV budget and the margin verdict (exit 4 when it fails)."""
-    from glmlaunch.plan import make_plan
-    from glmlaunch.plan_render import render_plan
+    from glmlaunch.plan.planner import make_plan
+    from glmlaunch.plan.render import render_plan
 
     result = make_plan(profile, set_ or [], gpu_memory=gpu_memory, library=library)
     render_plan(result, as_json=json_, explain=explain, svg=svg)
@@ -373,8 +380,8 @@ def plan_cmd(
 @app.command("audit")
 def audit_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """What is allocated but unread or mostly unused, with bytes recoverable per rank and the fix."""
-    from glmlaunch.audit import run_audit
-    from glmlaunch.plan_render import render_audit
+    from glmlaunch.plan.audit import run_audit
+    from glmlaunch.plan.render import render_audit
 
     result, found = run_audit(profile, set_ or [])
     render_audit(result, found, as_json=json_)
@@ -391,8 +398,8 @@ def diff_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Two configurations side by side: settings, ledger and budget with deltas."""
-    from glmlaunch.diff import run_diff
-    from glmlaunch.plan_render import render_diff
+    from glmlaunch.plan.diff import run_diff
+    from glmlaunch.plan.render import render_diff
 
     render_diff(run_diff(a, b, set_ or [], gpu_memory=gpu_memory), as_json=json_)
 

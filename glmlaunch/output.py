@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from glmlaunch.registry import GLMLAUNCH_DEBUG, NO_COLOR
+from glmlaunch.config.registry import GLMLAUNCH_DEBUG, NO_COLOR
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -21,7 +21,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    from glmlaunch.calibrate.rigdefaults import derive_document
+    from glmlaunch.calibrate.derive import derive_document
 
     doc = derive_document([str(p) for p in sorted(LOGS.glob("*.log"))])
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"

@@ -1,10 +1,10 @@
-"""Write docs/environment.md from glmlaunch/registry.py (run after changing the registry)."""
+"""Write docs/environment.md from glmlaunch/config/registry.py (run after changing the registry)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from glmlaunch.registry import reference_markdown
+from glmlaunch.config.registry import reference_markdown
 
 if __name__ == "__main__":
     target = Path(__file__).resolve().parent.parent / "docs" / "environment.md"

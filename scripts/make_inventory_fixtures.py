@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from glmlaunch.inventory import (
+from glmlaunch.config.units import GIB, MIB
+from glmlaunch.hardware.inventory import (
     Gpu,
     GpuPair,
     GpuProcess,
@@ -29,7 +30,6 @@ from glmlaunch.inventory import (
     ProbeError,
     inventory_json,
 )
-from glmlaunch.units import GIB, MIB
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "inventories"
 BASE_NAME = "rtxpro6000x4.json"

@@ -1,4 +1,4 @@
-"""Calibration: learn W, P, N, G_e and the pre-snapshot footprint from real vLLM boots, then search the knobs.
+"""Stage 4 — calibration: learn W, P, N, G_e and T - F0 from real vLLM boots; the term model plans use.
 
 Modules, one concern each (import the one you need; this package imports nothing heavy):
 
@@ -7,8 +7,14 @@ Modules, one concern each (import the one you need; this package imports nothing
 * :mod:`~glmlaunch.calibrate.fingerprint`: what a record is keyed by, and why two keys differ.
 * :mod:`~glmlaunch.calibrate.records`: a record (one boot) and the terms derived from it.
 * :mod:`~glmlaunch.calibrate.store`: records under the cache directory (atomic, locked) and lookup.
-* :mod:`~glmlaunch.calibrate.apply`: a record as ledger inputs; ``calibration_for`` for plan/check/preflight.
-* :mod:`~glmlaunch.calibrate.residuals`: predicted (uncalibrated ledger) against logged, per rank.
+* :mod:`~glmlaunch.calibrate.bootconfig`: the configuration a log booted (vLLM args, launcher table).
+* :mod:`~glmlaunch.calibrate.model`, :mod:`~glmlaunch.calibrate.learn`: the term model and its fit from the
+  records of one rig shape; :mod:`~glmlaunch.calibrate.rigdefaults`: the rig's defaults
+  (:mod:`~glmlaunch.calibrate.derive` re-derives them from the shipped logs).
+* :mod:`~glmlaunch.calibrate.apply`: ``calibration_for`` — the term model as ledger inputs for plan, check,
+  serve and preflight.
+* :mod:`~glmlaunch.calibrate.residuals`: predicted (rig defaults or ledger) against logged, per rank.
+* :mod:`~glmlaunch.calibrate.profile_import`: ``profiles import`` — a profile that reproduces a boot.
 * :mod:`~glmlaunch.calibrate.search`: the best knob value that keeps every rank's margin, with its proof.
 * :mod:`~glmlaunch.calibrate.ingest`, :mod:`~glmlaunch.calibrate.commands`,
   :mod:`~glmlaunch.calibrate.render`: the functions and tables behind ``glmlaunch calibrate …``.

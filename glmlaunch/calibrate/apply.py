@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from glmlaunch.calibrate.records import Calibration
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.model import TermModel
     from glmlaunch.calibrate.store import Store
-    from glmlaunch.inventory import Inventory
+    from glmlaunch.hardware.inventory import Inventory
 
 TOKENS_KEY = "scheduler.max_num_batched_tokens"
 

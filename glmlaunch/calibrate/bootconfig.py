@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from glmlaunch.units import GIB, KIB, MIB
+from glmlaunch.config.units import GIB, KIB, MIB
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
 _UNITS = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB}

@@ -11,10 +11,10 @@ from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.render import boot_summary, list_table, record_document, terms_table
 from glmlaunch.calibrate.search import SearchResult
 from glmlaunch.calibrate.store import Store
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import format_size, parse_size
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.output import note, out_console, out_json, warn
-from glmlaunch.units import format_size, parse_size
 
 
 def _residuals(record: Calibration, config: DeploymentConfig | None = None) -> Any:
@@ -34,7 +34,7 @@ def run_ingest(
     dry_run: bool,
     as_json: bool,
 ) -> list[Calibration]:
-    from glmlaunch.commands import resolve
+    from glmlaunch.config.commands import resolve
 
     # A profile is only compared with what the log booted; without one the log speaks for itself.
     resolved = resolve(profile, overrides) if (profile is not None or overrides) else None
@@ -100,7 +100,7 @@ def run_show(
 ) -> Calibration | None:
     """One record by id; without an id, the term model the profile's plan uses: each term's coefficients,
     the records it came from and its residual on each (and why other records do not apply)."""
-    from glmlaunch.commands import resolve
+    from glmlaunch.config.commands import resolve
 
     store = Store.default()
     record: Calibration | None
@@ -166,7 +166,7 @@ def run_search(
         search,
         write_overlay,
     )
-    from glmlaunch.commands import resolve
+    from glmlaunch.config.commands import resolve
 
     resolved = resolve(profile, overrides)
     config = resolved.config
@@ -174,8 +174,8 @@ def run_search(
     total: int | None = None
     used = 0
     if inventory_file is not None:
-        from glmlaunch.checks import memory_inputs, select_group
-        from glmlaunch.hardware import get_inventory
+        from glmlaunch.hardware.checks import memory_inputs, select_group
+        from glmlaunch.hardware.probe import get_inventory
 
         inventory = get_inventory(inventory_file)
         inputs = memory_inputs(select_group(config, inventory))

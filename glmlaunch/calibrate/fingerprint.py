@@ -3,8 +3,8 @@
 A :class:`Fingerprint` has three groups of flat, dotted fields:
 
 * ``hardware.*``: GPU model, count, UUIDs, PCI bus ids, compute capability, driver and CUDA driver version of
-  the GPUs the deployment uses. From an inventory (:mod:`glmlaunch.inventory`) when one is given, otherwise
-  only what the profile declares (model, count); identity fields are then unknown.
+  the GPUs the deployment uses. From an inventory (:mod:`glmlaunch.hardware.inventory`) when one is given,
+  otherwise only what the profile declares (model, count); identity fields are then unknown.
 * ``software.*``: vLLM (from the boot log, or the installed distribution), torch, b12x, sparkinfer versions
   (installed distributions, read from metadata: nothing is imported), and the configured library stack.
 * ``settings.*``: every configuration leaf that can change what a rank allocates outside the KV cache.
@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from glmlaunch.config import DeploymentConfig
-from glmlaunch.inventory import Inventory
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.hardware.inventory import Inventory
 
 JsonLeaf = str | int | float | bool | list[Any] | dict[str, Any] | None
 

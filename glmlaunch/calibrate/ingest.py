@@ -14,9 +14,9 @@ from glmlaunch.calibrate.fingerprint import make_fingerprint
 from glmlaunch.calibrate.logs import BootLog, parse_log_file
 from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration, build_calibration
 from glmlaunch.calibrate.store import SaveResult, Store
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
-from glmlaunch.inventory import Inventory
+from glmlaunch.hardware.inventory import Inventory
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,8 @@ def ingest_logs(
 
 def inventory_for_ingest(inventory_file: Path | None, *, probe: bool) -> tuple[Inventory | None, str]:
     """A saved inventory (flag or $GLMLAUNCH_INVENTORY), NVML when ``probe``, else none; and a note why."""
-    from glmlaunch.hardware import get_inventory
-    from glmlaunch.settings import ToolSettings
+    from glmlaunch.config.settings import ToolSettings
+    from glmlaunch.hardware.probe import get_inventory
 
     if inventory_file is None and ToolSettings.from_environ().inventory is None and not probe:
         return None, "no inventory: GPU identity and driver are not part of this record's fingerprint"

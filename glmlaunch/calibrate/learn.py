@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
 from glmlaunch.calibrate.records import Calibration
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 
 BASE_PROFILE = "r12-exl3"
@@ -39,7 +39,7 @@ def describe_group(cfg: DeploymentConfig) -> str:
 
 @lru_cache(maxsize=8)
 def _base_dump(base: str) -> str:
-    from glmlaunch.resolve import resolve_config
+    from glmlaunch.config.resolve import resolve_config
 
     return json.dumps(resolve_config(base, (), environ={}).config.model_dump(mode="json"))
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from glmlaunch.calibrate.bootconfig import BootConfig, parse_boot_config, version_of
-from glmlaunch.units import GIB, KIB, MIB
+from glmlaunch.config.units import GIB, KIB, MIB
 
 _UNIT_BYTES = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "KB": KIB, "MB": MIB, "GB": GIB, "TiB": 1024**4}
 

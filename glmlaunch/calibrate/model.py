@@ -37,8 +37,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from glmlaunch.config import DeploymentConfig
-from glmlaunch.units import GIB
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import GIB
 
 TERMS: tuple[str, ...] = ("u_pre", "n", "p", "g_e")
 TERM_FEATURES: dict[str, tuple[str, ...]] = {

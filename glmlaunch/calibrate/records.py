@@ -20,7 +20,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 from glmlaunch.calibrate.fingerprint import Fingerprint
 from glmlaunch.calibrate.logs import BootLog, RankObservation
 from glmlaunch.calibrate.terms import CalibratedTerms
-from glmlaunch.units import GIB
+from glmlaunch.config.units import GIB
 
 RECORD_KIND: Final = "glmlaunch-calibration"
 SCHEMA_VERSION: Final = 1

@@ -10,8 +10,8 @@ from glmlaunch.calibrate.logs import BootLog
 from glmlaunch.calibrate.model import FEATURE_DOC, TERM_DOC, TermModel
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.search import Evaluation, SearchResult, changes
-from glmlaunch.config import DeploymentConfig
-from glmlaunch.units import format_size
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import format_size
 
 
 def _sz(n: int | None) -> str:

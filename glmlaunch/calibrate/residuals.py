@@ -16,9 +16,9 @@ from rich.table import Table
 from glmlaunch.calibrate.apply import _with, boot_config
 from glmlaunch.calibrate.fingerprint import compare, make_fingerprint
 from glmlaunch.calibrate.records import Calibration
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import format_size
 from glmlaunch.errors import GlmlaunchError
-from glmlaunch.units import format_size
 
 TERMS: tuple[tuple[str, str], ...] = (
     ("W", "weights"),
@@ -43,10 +43,10 @@ def _prediction_config(config: DeploymentConfig, record: Calibration) -> Deploym
 
 
 def compute_residuals(config: DeploymentConfig, record: Calibration) -> dict[str, Any]:
-    from glmlaunch.budget import compute_budget
     from glmlaunch.calibrate.apply import model_calibration
     from glmlaunch.calibrate.rigdefaults import rig_prior
     from glmlaunch.ledger import build_ledger
+    from glmlaunch.ledger.budget import compute_budget
 
     cfg = _prediction_config(config, record)
     # What glmlaunch would have said without any record: the rig defaults where they apply, else the ledger's.
@@ -103,7 +103,7 @@ def residuals_document(record: Calibration, config: DeploymentConfig | None = No
 
         cfg = record_config(record)
     if cfg is None:
-        from glmlaunch.resolve import resolve_config
+        from glmlaunch.config.resolve import resolve_config
 
         if record.profile is None or record.profile == "(defaults)":
             return {"unavailable": "the record names no profile to predict from"}

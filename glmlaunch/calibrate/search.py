@@ -8,7 +8,7 @@ One knob per objective, on an integer grid:
 
 A value is *feasible* when, on every rank, vLLM's start gate passes (F0 >= R), the steady-state margin is at
 least the required minimum, and one ``max_model_len`` request fits the KV cache. Each rank is budgeted
-with :func:`glmlaunch.budget.compute_budget` over a ledger built with that rank's calibrated terms
+with :func:`glmlaunch.ledger.budget.compute_budget` over a ledger built with that rank's calibrated terms
 (:mod:`glmlaunch.calibrate.apply`); vLLM gives every rank the smallest rank's KV size, so each rank's
 margin is taken at that common KV.
 
@@ -31,13 +31,13 @@ from typing import Any, Literal
 
 import yaml
 
-from glmlaunch.budget import Budget, compute_budget
 from glmlaunch.calibrate.apply import _with, model_calibration
 from glmlaunch.calibrate.model import TermModel
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import build_ledger
-from glmlaunch.units import MIB, format_size
+from glmlaunch.ledger.budget import Budget, compute_budget
 
 Objective = Literal["max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "max-gmu", "min-gmu"]
 OBJECTIVES: tuple[str, ...] = (

@@ -28,10 +28,10 @@ from pydantic import ValidationError
 
 from glmlaunch.calibrate.fingerprint import Comparison, compare, make_fingerprint
 from glmlaunch.calibrate.records import RECORD_KIND, SCHEMA_VERSION, Calibration
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.registry import GLMLAUNCH_CACHE_DIR
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
-from glmlaunch.inventory import Inventory
-from glmlaunch.registry import GLMLAUNCH_CACHE_DIR
+from glmlaunch.hardware.inventory import Inventory
 
 LOCK_TIMEOUT_S = 30.0
 

@@ -1,4 +1,6 @@
-"""The allocation ledger: every allocation each GPU rank makes under a configuration.
+"""Stage 2 — the memory model: every allocation each GPU rank makes, and vLLM's budget over it.
+
+``build_ledger(config)`` here; ``compute_budget(config, ledger)`` in :mod:`glmlaunch.ledger.budget`.
 
 ``build_ledger(config)`` is pure arithmetic over the typed configuration (plus, when the model directory
 is on disk and no weights figure is given, a cached read of its safetensors headers). One module per
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import (
     activations,

@@ -28,9 +28,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from glmlaunch.ledger.constants import StackConstants
-from glmlaunch.ledger.context import align
-from glmlaunch.registry import (
+from glmlaunch.config.registry import (
     B12X_FUSED_INDEXER,
     B12X_INDEXER_STREAM_SCORER,
     B12X_INDEXER_TWO_LEVEL_FOLD,
@@ -38,6 +36,8 @@ from glmlaunch.registry import (
     B12X_PAGED_INDEX_SUPERTILE_K,
     B12X_PCIE_ONESHOT_PUSH,
 )
+from glmlaunch.ledger.constants import StackConstants
+from glmlaunch.ledger.context import align
 
 _ENV_KEYS = (
     B12X_FUSED_INDEXER,

@@ -7,7 +7,7 @@ D = kv_lora_rank (output), Dq = kv_lora_rank + qk_rope (query).
 
 from __future__ import annotations
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.channels import plan_for
 from glmlaunch.ledger.context import Context, Draft, a256, fmt_int
 from glmlaunch.ledger.model import Origin

@@ -7,7 +7,7 @@ compressed wire: ``W * A256(e + floor(e/128)*4)``, ``e = floor(max_bytes / 2 / W
 
 from __future__ import annotations
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import Context, Draft, align, fmt_int
 from glmlaunch.ledger.model import Origin

@@ -17,7 +17,7 @@ the EXL3 prefill capacity C (``VLLM_EXL3_PREFILL_CAPACITY``; unset, the launcher
 
 from __future__ import annotations
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 
 KIB = 1024

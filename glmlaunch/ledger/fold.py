@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 from glmlaunch.ledger.indexer import resolve_supertile, width_pages

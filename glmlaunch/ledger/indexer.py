@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import Context, Draft, align, fmt_int
 

@@ -17,10 +17,7 @@ entries that are budget terms of their own (weights W and the KV cache).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NamedTuple
-
-if TYPE_CHECKING:
-    from glmlaunch.ledger.terms import Terms
+from typing import Literal, NamedTuple
 
 Kind = Literal["ipc", "torch", "workspace", "transient", "driver"]
 Lifetime = Literal["pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term"]
@@ -50,6 +47,17 @@ class Entry(NamedTuple):
     @property
     def total_requested(self) -> int:
         return self.requested_bytes * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    u_pre: int  # pre-snapshot: CUDA context, NCCL, one-shot eager channel, DMA slab
+    w: int  # weights
+    p: int  # torch peak increase during profiling (activations, workspace arenas)
+    n: int  # non-torch increase during profiling (IPC channels made at warmup, NCCL lazies)
+    g_e: int  # CUDA-graph estimate (graph pool + channels minted by the profiling capture)
+    x: int  # unbudgeted
+    kv: int  # the KV cache entry, 0 before it is sized
 
 
 @dataclass(frozen=True, slots=True)

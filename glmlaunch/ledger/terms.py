@@ -4,20 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from glmlaunch.ledger.model import Entry
-
-
-@dataclass(frozen=True, slots=True)
-class Terms:
-    u_pre: int  # pre-snapshot: CUDA context, NCCL, one-shot eager channel, DMA slab
-    w: int  # weights
-    p: int  # torch peak increase during profiling (activations, workspace arenas)
-    n: int  # non-torch increase during profiling (IPC channels made at warmup, NCCL lazies)
-    g_e: int  # CUDA-graph estimate (graph pool + channels minted by the profiling capture)
-    x: int  # unbudgeted
-    kv: int  # the KV cache entry, 0 before it is sized
+from glmlaunch.ledger.model import Entry, Terms
 
 
 def terms(entries: Iterable[Entry]) -> Terms:

@@ -8,7 +8,7 @@ shows the pool's arguments).
 
 from __future__ import annotations
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.context import Context, Draft, a256, align, fmt_int
 from glmlaunch.ledger.dcp_a2a import max_batch_size
 

@@ -1,8 +1,8 @@
 """``glmlaunch preflight``: choose a backend, run the workers, check NVML, and build the report.
 
-Inputs: a resolved :class:`~glmlaunch.config.DeploymentConfig`, the backend choice, the device mode,
-per-phase limits and an optional injected fault. Side effects: NVML probes (``glmlaunch.hardware``) before
-and after, worker processes (``launcher.launch``). Output: a frozen :class:`PreflightRun` that
+Inputs: a resolved :class:`~glmlaunch.config.schema.DeploymentConfig`, the backend choice, the device mode,
+per-phase limits and an optional injected fault. Side effects: NVML probes (``glmlaunch.hardware.probe``)
+before and after, worker processes (``launcher.launch``). Output: a frozen :class:`PreflightRun` that
 ``report.py`` turns into the verdict. Raises ``NoGpuError`` / ``HardwareError`` when the device mode
 cannot run here.
 """
@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.registry import CUDA_HOME, managed_env
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, HardwareError, NoGpuError
 from glmlaunch.ledger.channels import stream_family
 from glmlaunch.ledger.model import Ledger
@@ -29,7 +30,6 @@ from glmlaunch.preflight.types import (
     FaultSpec,
     PlannedAllocation,
 )
-from glmlaunch.registry import CUDA_HOME, managed_env
 
 BackendChoice = Literal["auto", "sparkinfer", "b12x", "replay"]
 REPLAYED_KINDS = frozenset({"ipc", "torch", "workspace", "transient"})
@@ -140,7 +140,7 @@ def choose_backend(
 
 
 def _snapshot(environ: Mapping[str, str]) -> tuple[tuple[GpuSnapshot, ...], str | None, str | None]:
-    from glmlaunch.hardware import probe
+    from glmlaunch.hardware.probe import probe
 
     inv = probe(environ=environ)
     snaps = tuple(

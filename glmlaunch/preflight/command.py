@@ -24,8 +24,8 @@ def preflight(
     timeouts: Sequence[str] = (),
     inject_fault: str | None = None,
 ) -> PreflightReport:
-    from glmlaunch.commands import resolve
-    from glmlaunch.settings import ToolSettings
+    from glmlaunch.config.commands import resolve
+    from glmlaunch.config.settings import ToolSettings
 
     if backend is None:
         # --backend wins; GLMLAUNCH_BACKEND is the default for scripts and containers.

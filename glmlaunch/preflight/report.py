@@ -22,12 +22,12 @@ import importlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ExitCode, GlmlaunchError, MarginError, PreflightError
 from glmlaunch.ledger.model import Entry
 from glmlaunch.output import err_console, out_json, out_text
 from glmlaunch.preflight.api import PreflightRun
 from glmlaunch.preflight.types import RankResult, StepRecord
-from glmlaunch.units import MIB, format_size
 
 PAGE = 2 * MIB
 SEGMENT = 20 * MIB
@@ -214,9 +214,9 @@ def _margin(run: PreflightRun, ranks: list[RankSummary]) -> dict[str, Any]:
     f0 = worst.f0_bytes or 0
     out.update(total_bytes=total, f0_bytes=f0, u_pre_plus_others=total - f0)
     try:
-        budget_mod = importlib.import_module("glmlaunch.budget")
+        budget_mod = importlib.import_module("glmlaunch.ledger.budget")
     except ImportError:
-        out["status"] = "budget model unavailable (glmlaunch.budget missing)"
+        out["status"] = "budget model unavailable (glmlaunch.ledger.budget missing)"
         return out
     budget = budget_mod.compute_budget(
         cfg, run.ledger, total_bytes=total, used_by_others=0, calibration=run.calibration

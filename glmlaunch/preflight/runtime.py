@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.preflight.types import RankResult, StepRecord, WorkerSpec
 
 T = TypeVar("T")

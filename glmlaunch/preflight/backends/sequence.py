@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from glmlaunch.config import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.preflight.types import PlannedAllocation
 
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from glmlaunch.config.registry import TORCH_EXTENSIONS_DIR
 from glmlaunch.preflight.backends.sequence import (
     CapturePass,
     allocate_arenas,
@@ -37,7 +38,6 @@ from glmlaunch.preflight.backends.sequence import (
     requested_bytes,
 )
 from glmlaunch.preflight.runtime import Runtime
-from glmlaunch.registry import TORCH_EXTENSIONS_DIR
 
 ONESHOT_WORLD_SIZES = (2, 4, 6, 8, 10)
 DCP_WORLD_SIZES = (2, 4, 8)

@@ -1,0 +1,165 @@
+"""Plain functions behind the configuration commands (config, env, args, profiles).
+
+Each resolves, renders data to stdout, and reports warnings on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from glmlaunch import output
+from glmlaunch.config.environment import produced_env, split_secrets
+from glmlaunch.config.profiles import list_profiles as _list_profiles
+from glmlaunch.config.profiles import load_chain
+from glmlaunch.config.render_args import full_argv
+from glmlaunch.config.resolve import Resolved, resolve_config
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.shells import SHELLS, ShellName, detect_shell, render_exports
+from glmlaunch.errors import ConfigError
+from glmlaunch.output import mask_obj, mask_secrets, note, out_json, out_text, warn
+
+
+def resolve(profile: str | None, overrides: Sequence[str]) -> Resolved:
+    """Resolve and print the configuration's warnings on stderr."""
+    resolved = resolve_config(profile, overrides)
+    for diag in resolved.warnings:
+        warn(diag.one_line())
+    return resolved
+
+
+def _flat(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(data, dict) and data:
+        out: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            out += _flat(value, f"{prefix}{key}.")
+        return out
+    return [(prefix.rstrip("."), data)]
+
+
+def config_document(resolved: Resolved) -> dict[str, Any]:
+    config = resolved.config
+    return {
+        "profile": resolved.profile_name,
+        "chain": [str(p.path) for p in resolved.profile_chain],
+        "overrides": list(resolved.overrides),
+        "config": config.model_dump(mode="json"),
+        "derived": {
+            "capture_sizes": config.capture_sizes(),
+            "gpus": config.gpu_list,
+            "oneshot_eager_bytes": config.comm.oneshot_eager_bytes,
+            "dcp_total_heads": config.dcp_total_heads,
+        },
+        "sources": {k: str(v) for k, v in resolved.provenance.items()},
+        "warnings": [d.one_line() for d in resolved.warnings],
+    }
+
+
+def show_config(profile: str | None, overrides: Sequence[str], *, as_json: bool) -> None:
+    resolved = resolve(profile, overrides)
+    if as_json:
+        out_json(config_document(resolved))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"profile {resolved.profile_name}", show_lines=False, expand=False)
+    table.add_column("key", no_wrap=True)
+    table.add_column("value")
+    table.add_column("source")
+    for key, value in _flat(resolved.config.model_dump(mode="json")):
+        leaf = key.rsplit(".", 1)[-1]
+        shown = json.dumps(mask_obj({leaf: value})[leaf], ensure_ascii=False)
+        table.add_row(key, mask_secrets(shown), str(resolved.source_of(key)))
+    output.out_console.print(table)
+
+
+def _shell_name(shell: str | None) -> ShellName:
+    if shell is None:
+        return detect_shell()
+    name = shell.strip().lower()
+    if name not in SHELLS:
+        raise ConfigError("unknown shell", key="--shell", value=shell, allowed=list(SHELLS))
+    return name  # type: ignore[return-value]
+
+
+def exported_env(config: DeploymentConfig) -> dict[str, str]:
+    return {e.name: e.value for e in produced_env(config)}
+
+
+def show_env(profile: str | None, overrides: Sequence[str], *, shell: str | None) -> None:
+    resolved = resolve(profile, overrides)
+    env, withheld = split_secrets(exported_env(resolved.config))
+    for name in withheld:
+        note(f"{name} looks like a secret and is not printed; export it yourself")
+    for name, value in env.items():
+        before = os.environ.get(name)
+        if before is not None and before != value:
+            note(f"{name}: your environment has {before!r}; this output sets {value!r}")
+    out_text(render_exports(env, _shell_name(shell)).rstrip("\n") or "")
+
+
+def show_args(profile: str | None, overrides: Sequence[str], *, as_json: bool) -> None:
+    resolved = resolve(profile, overrides)
+    argv = full_argv(resolved.config)
+    if as_json:
+        out_json(argv)
+    else:
+        out_text("\n".join(argv))
+
+
+def list_profiles(*, as_json: bool) -> None:
+    rows = []
+    for prof in _list_profiles():
+        rows.append(
+            {
+                "name": prof.name,
+                "extends": prof.extends,
+                "description": prof.description,
+                "path": str(prof.path),
+                "builtin": prof.builtin,
+            }
+        )
+    if as_json:
+        out_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in ("name", "extends", "description", "location"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row["name"]),
+            str(row["extends"] or ""),
+            str(row["description"]),
+            "built-in" if row["builtin"] else str(row["path"]),
+        )
+    output.out_console.print(table)
+
+
+def show_profile(name: str) -> None:
+    chain = load_chain(name)
+    note("chain: " + " -> ".join(p.display() for p in chain))
+    out_text(chain[-1].path.read_text(encoding="utf-8"))
+
+
+def profile_schema_document() -> dict[str, Any]:
+    schema = DeploymentConfig.model_json_schema()
+    schema["title"] = "glmlaunch profile"
+    schema.setdefault("properties", {})["extends"] = {
+        "type": "string",
+        "description": "name or relative path of the base profile",
+    }
+    return schema
+
+
+def profile_schema(output: Path | None) -> None:
+    text = json.dumps(profile_schema_document(), indent=2) + "\n"
+    if output is None:
+        out_text(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+        note(f"wrote {output}")

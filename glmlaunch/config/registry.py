@@ -1,0 +1,500 @@
+"""Every environment variable name glmlaunch reads or writes, declared once.
+
+Two tables:
+
+* :data:`TOOL_VARS`: glmlaunch's own ``GLMLAUNCH_*`` knobs (profile, overrides, paths, debugging).
+  Deployment settings are also reachable as ``GLMLAUNCH_<SECTION>__<FIELD>``
+  (:mod:`glmlaunch.config.resolve`).
+* :data:`MANAGED`: the variables a resolved configuration produces for vLLM and the kernel library,
+  per library stack. One knob becomes every name the stack actually reads and nothing it never reads
+  (sparkinfer de04125 reads ``SPARKINFER_*`` and ignores ``B12X_*``; b12x >= 1.1 reads ``B12X_*``).
+
+Modelled on vLLM's ``envs.py``: a name, a type, a default, and a line of documentation each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from glmlaunch.config.schema import DeploymentConfig, Stack
+from glmlaunch.config.units import GIB, KIB, MIB
+
+ALL_STACKS: frozenset[Stack] = frozenset({"sparkinfer-r12", "b12x"})
+R12: frozenset[Stack] = frozenset({"sparkinfer-r12"})
+B12X: frozenset[Stack] = frozenset({"b12x"})
+
+# --- glmlaunch's own variables ---------------------------------------------------------------
+
+TOOL_PREFIX = "GLMLAUNCH_"
+GLMLAUNCH_PROFILE = "GLMLAUNCH_PROFILE"
+GLMLAUNCH_PROFILE_PATH = "GLMLAUNCH_PROFILE_PATH"
+GLMLAUNCH_SET = "GLMLAUNCH_SET"
+GLMLAUNCH_DEBUG = "GLMLAUNCH_DEBUG"
+GLMLAUNCH_VLLM_BIN = "GLMLAUNCH_VLLM_BIN"
+GLMLAUNCH_CACHE_DIR = "GLMLAUNCH_CACHE_DIR"
+GLMLAUNCH_INVENTORY = "GLMLAUNCH_INVENTORY"
+GLMLAUNCH_BACKEND = "GLMLAUNCH_BACKEND"
+GLMLAUNCH_SKIP_PREFLIGHT = "GLMLAUNCH_SKIP_PREFLIGHT"
+GLMLAUNCH_STRICT = "GLMLAUNCH_STRICT"
+GLMLAUNCH_RIG_DEFAULTS = "GLMLAUNCH_RIG_DEFAULTS"
+
+# CUDA variables glmlaunch also reads from the caller (hardware.py honours them when probing).
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+# Conventions glmlaunch honours: NO_COLOR turns colour off; PATH is where `vllm` is looked up.
+NO_COLOR = "NO_COLOR"
+PATH = "PATH"
+# Where the preflight looks for nvcc and for the JIT-built pools (the same cache vLLM uses).
+CUDA_HOME = "CUDA_HOME"
+TORCH_EXTENSIONS_DIR = "TORCH_EXTENSIONS_DIR"
+
+# b12x's own knobs: produced for vLLM on the b12x stack (MANAGED below), and pinned by the ledger's
+# b12x bridge while it asks the library's planners (ledger/b12x_bridge.py).
+B12X_FUSED_INDEXER = "B12X_FUSED_INDEXER"
+B12X_PAGED_INDEX_SUPERTILE_K = "B12X_PAGED_INDEX_SUPERTILE_K"
+B12X_INDEXER_TWO_LEVEL_FOLD = "B12X_INDEXER_TWO_LEVEL_FOLD"
+B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB = "B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB"
+B12X_PCIE_ONESHOT_PUSH = "B12X_PCIE_ONESHOT_PUSH"
+B12X_INDEXER_STREAM_SCORER = "B12X_INDEXER_STREAM_SCORER"
+
+TOOL_VARS: dict[str, str] = {
+    GLMLAUNCH_PROFILE: "profile name or path used when -p/--profile is not given (default: turnkey)",
+    GLMLAUNCH_PROFILE_PATH: "extra profile directories, searched before the built-in ones (os.pathsep list)",
+    GLMLAUNCH_SET: "overrides like --set, separated by ';' or newlines; applied before command-line --set",
+    GLMLAUNCH_DEBUG: "1 shows tracebacks for errors",
+    GLMLAUNCH_VLLM_BIN: "the vllm executable `serve` execs (default: vllm on PATH)",
+    GLMLAUNCH_CACHE_DIR: "where calibration records are stored (default: the user cache directory)",
+    GLMLAUNCH_INVENTORY: "a saved hardware inventory (JSON) used instead of probing NVML",
+    GLMLAUNCH_BACKEND: "preflight backend: auto, sparkinfer, b12x or replay",
+    GLMLAUNCH_SKIP_PREFLIGHT: "1 makes `serve` skip the GPU preflight (stated on stderr)",
+    GLMLAUNCH_STRICT: "1 makes warnings fail checks, like --strict",
+    GLMLAUNCH_RIG_DEFAULTS: "rig-defaults JSON (scripts/derive_rig_defaults.py) replacing the shipped one",
+}
+
+#: Settings reachable through the environment are ``GLMLAUNCH_<SECTION>__<FIELD>``.
+SETTING_ENV_SEPARATOR = "__"
+
+# --- variables produced for vLLM and the kernels -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    doc: str
+    render: Callable[[DeploymentConfig], str | None]
+    settings: tuple[str, ...]
+    stacks: frozenset[Stack] = ALL_STACKS
+
+    def value(self, config: DeploymentConfig) -> str | None:
+        if config.stack not in self.stacks:
+            return None
+        return self.render(config)
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def env_size(n: int) -> str:
+    """The launchers' spelling: 84KB for 86,016 (vLLM reads KB/MB/GB as 1024-based)."""
+    for unit, factor in (("GB", GIB), ("MB", MIB), ("KB", KIB)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)
+
+
+def _opt_flag(value: bool | None) -> str | None:
+    return None if value is None else _flag(value)
+
+
+def _opt_int(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _dma_min(c: DeploymentConfig) -> str | None:
+    if not c.comm.pcie_allreduce:
+        return None
+    return "off" if c.comm.dma_min_bytes is None else env_size(c.comm.dma_min_bytes)
+
+
+def _when_pcie(fn: Callable[[DeploymentConfig], str]) -> Callable[[DeploymentConfig], str | None]:
+    return lambda c: fn(c) if c.comm.pcie_allreduce else None
+
+
+def _when_dcp(fn: Callable[[DeploymentConfig], str | None]) -> Callable[[DeploymentConfig], str | None]:
+    return lambda c: fn(c) if c.parallel.dcp > 1 else None
+
+
+def _wire(c: DeploymentConfig) -> str | None:
+    return c.comm.dma_wire_mode if c.comm.pcie_allreduce else None
+
+
+def _dynamic_scale(c: DeploymentConfig) -> str | None:
+    """1/0 for an explicit NVFP4 scale mode on nvfp4_ds_mla; nothing when unset or another KV dtype."""
+    if c.memory.kv_cache_dtype != "nvfp4_ds_mla" or c.memory.kv_scale_mode is None:
+        return None
+    return _flag(c.memory.kv_scale_mode == "dynamic-token")
+
+
+MANAGED: tuple[EnvSpec, ...] = (
+    EnvSpec(CUDA_DEVICE_ORDER, "GPU numbering follows PCI bus order", lambda c: "PCI_BUS_ID", ()),
+    EnvSpec(
+        CUDA_VISIBLE_DEVICES,
+        "the TP group's GPUs (follows parallel.tp unless parallel.gpus is set)",
+        lambda c: ",".join(str(g) for g in c.gpu_list),
+        ("parallel.gpus", "parallel.tp"),
+    ),
+    EnvSpec(
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "torch caching-allocator configuration (expandable segments forced off with LMCache)",
+        lambda c: c.allocator_conf,
+        ("memory.allocator.expandable_segments", "memory.allocator.extra", "lmcache"),
+    ),
+    EnvSpec(
+        "VLLM_USE_V2_MODEL_RUNNER", "1 = V2 model runner", lambda c: _flag(c.runner == "v2"), ("runner",)
+    ),
+    EnvSpec(
+        "VLLM_ENABLE_PCIE_ALLREDUCE",
+        "PCIe custom all-reduce (one-shot + DMA)",
+        lambda c: _flag(c.comm.pcie_allreduce),
+        ("comm.pcie_allreduce",),
+    ),
+    EnvSpec(
+        "VLLM_PCIE_ALLREDUCE_BACKEND",
+        "kernel library behind the PCIe all-reduce",
+        _when_pcie(lambda c: c.comm.allreduce_backend),
+        ("comm.allreduce_backend",),
+    ),
+    EnvSpec(
+        "VLLM_PCIE_DMA_FP8",
+        "DMA wire mode vLLM passes as fp8= ('0' = lossless bf16)",
+        _wire,
+        ("comm.dma_wire_mode",),
+    ),
+    EnvSpec(
+        "SPARKINFER_PCIE_DMA_FP8",
+        "DMA wire mode as the sparkinfer r12 library reads it",
+        _wire,
+        ("comm.dma_wire_mode",),
+        R12,
+    ),
+    EnvSpec(
+        "B12X_PCIE_DMA_FP8",
+        "DMA wire mode as b12x >= 1.1 reads it",
+        _wire,
+        ("comm.dma_wire_mode",),
+        B12X,
+    ),
+    EnvSpec(
+        "VLLM_PCIE_DMA_MIN_BYTES",
+        "DMA all-reduce crossover; 'off' builds no DMA object and no slab",
+        _dma_min,
+        ("comm.dma_min_bytes",),
+    ),
+    EnvSpec(
+        "VLLM_PCIE_ONESHOT_ALLREDUCE_MAX_SIZE",
+        "largest one-shot all-reduce payload",
+        _when_pcie(lambda c: env_size(c.comm.oneshot_allreduce_max_size)),
+        ("comm.oneshot_allreduce_max_size",),
+    ),
+    EnvSpec(
+        "VLLM_PCIE_ONESHOT_FUSED_ADD_RMS_NORM_MAX_SIZE",
+        "largest fused add+RMSNorm one-shot payload",
+        _when_pcie(lambda c: env_size(c.comm.oneshot_fused_max_size)),
+        ("comm.oneshot_fused_max_size",),
+    ),
+    EnvSpec(
+        "SPARKINFER_PCIE_ONESHOT_PUSH",
+        "one-shot push mode (eager slab grows W-fold)",
+        _when_pcie(lambda c: _flag(c.comm.oneshot_push)),
+        ("comm.oneshot_push",),
+        R12,
+    ),
+    EnvSpec(
+        B12X_PCIE_ONESHOT_PUSH,
+        "one-shot push mode (eager slab grows W-fold)",
+        _when_pcie(lambda c: _flag(c.comm.oneshot_push)),
+        ("comm.oneshot_push",),
+        B12X,
+    ),
+    EnvSpec(
+        "VLLM_PCIE_ONESHOT_SINGLE_CHANNEL",
+        "1 = one channel for eager and every capture",
+        _when_pcie(lambda c: _flag(c.comm.single_channel)),
+        ("comm.single_channel",),
+    ),
+    EnvSpec(
+        "VLLM_USE_B12X_DCP_A2A",
+        "DCP all-to-all pools",
+        _when_dcp(lambda c: _flag(c.comm.dcp_a2a)),
+        ("comm.dcp_a2a",),
+    ),
+    EnvSpec(
+        "VLLM_DCP_A2A_MAX_TOKENS",
+        "DCP A2A staging batch cap (0 = sized from max_num_batched_tokens)",
+        _when_dcp(lambda c: str(c.comm.dcp_a2a_max_tokens) if c.comm.dcp_a2a else None),
+        ("comm.dcp_a2a_max_tokens",),
+    ),
+    EnvSpec(
+        "VLLM_USE_B12X_SPARSE_INDEXER",
+        "the library's sparse indexer",
+        lambda c: _flag(c.indexer.sparse_indexer),
+        ("indexer.sparse_indexer",),
+    ),
+    EnvSpec(
+        "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB",
+        "caps the prefill indexer plan rows: MB * 2^20 / 4 / supertile",
+        lambda c: str(c.indexer.max_logits_mb),
+        ("indexer.max_logits_mb",),
+    ),
+    EnvSpec(
+        "SPARKINFER_PAGED_INDEX_SUPERTILE_K",
+        "paged indexer supertile tokens",
+        lambda c: str(c.indexer.supertile_k),
+        ("indexer.supertile_k",),
+        R12,
+    ),
+    EnvSpec(
+        B12X_PAGED_INDEX_SUPERTILE_K,
+        "paged indexer supertile tokens",
+        lambda c: str(c.indexer.supertile_k),
+        ("indexer.supertile_k",),
+        B12X,
+    ),
+    EnvSpec(
+        "SPARKINFER_INDEXER_TWO_LEVEL_FOLD",
+        "two-level top-k fold: auto, 0, 1",
+        lambda c: c.indexer.fold,
+        ("indexer.fold",),
+        R12,
+    ),
+    EnvSpec(
+        B12X_INDEXER_TWO_LEVEL_FOLD,
+        "two-level top-k fold: auto, 0, 1",
+        lambda c: c.indexer.fold,
+        ("indexer.fold",),
+        B12X,
+    ),
+    EnvSpec(
+        "SPARKINFER_INDEXER_TWO_LEVEL_FOLD_MAX_MIB",
+        "budget of the fold's per-call candidate slab",
+        lambda c: str(c.indexer.fold_max_mib),
+        ("indexer.fold_max_mib",),
+        R12,
+    ),
+    EnvSpec(
+        B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB,
+        "budget of the fold's per-call candidate slab",
+        lambda c: str(c.indexer.fold_max_mib),
+        ("indexer.fold_max_mib",),
+        B12X,
+    ),
+    EnvSpec(
+        "SPARKINFER_FUSED_INDEXER",
+        "fused decode indexer route (rows <= 16)",
+        lambda c: _flag(c.indexer.fused),
+        ("indexer.fused",),
+        R12,
+    ),
+    EnvSpec(
+        B12X_FUSED_INDEXER,
+        "fused decode indexer route (rows <= 16)",
+        lambda c: _flag(c.indexer.fused),
+        ("indexer.fused",),
+        B12X,
+    ),
+    EnvSpec(
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
+        "subtract the CUDA-graph estimate from the KV budget",
+        lambda c: _flag(c.memory.estimate_cudagraphs),
+        ("memory.estimate_cudagraphs",),
+    ),
+    EnvSpec(
+        "VLLM_MEMORY_PROFILE_INCLUDE_ATTN",
+        "include attention transients in the profile pass",
+        lambda c: _flag(c.memory.profile_include_attn),
+        ("memory.profile_include_attn",),
+    ),
+    EnvSpec(
+        "VLLM_EXL3_TRELLIS_MAX_M",
+        "EXL3 Trellis decode window",
+        lambda c: _opt_int(c.exl3_trellis_max_m),
+        ("exl3_trellis_max_m",),
+    ),
+    EnvSpec(
+        "VLLM_EXL3_PREFILL_CAPACITY",
+        "EXL3 prefill arena capacity in tokens (unset: the launchers use max_num_batched_tokens)",
+        lambda c: _opt_int(c.exl3.prefill_capacity),
+        ("exl3.prefill_capacity",),
+    ),
+    EnvSpec(
+        "VLLM_NVFP4_MLA_DYNAMIC_SCALE",
+        "1 = per-token NVFP4 MLA KV scales (dynamic-token, 368 B record), 0 = static scales",
+        _dynamic_scale,
+        ("memory.kv_scale_mode", "memory.kv_cache_dtype"),
+    ),
+    EnvSpec(
+        "KV_FP8_ROPE",
+        "1 = FP8 RoPE in the NVFP4 MLA KV record (dynamic-token), 0 = bf16 RoPE (static)",
+        _dynamic_scale,
+        ("memory.kv_scale_mode", "memory.kv_cache_dtype"),
+    ),
+    EnvSpec(
+        "VLLM_DCP_QUERY_SPLIT",
+        "DCP query split",
+        _when_dcp(lambda c: _opt_flag(c.dcp_policy.query_split)),
+        ("dcp_policy.query_split",),
+    ),
+    EnvSpec(
+        "VLLM_DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS",
+        "context length from which the query split applies",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.query_split_min_context_tokens)),
+        ("dcp_policy.query_split_min_context_tokens",),
+    ),
+    EnvSpec(
+        "VLLM_DCP_TOPK_OWNER_MERGE",
+        "DCP top-k owner merge",
+        _when_dcp(lambda c: _opt_flag(c.dcp_policy.topk_owner_merge)),
+        ("dcp_policy.topk_owner_merge",),
+    ),
+    EnvSpec(
+        "VLLM_B12X_MLA_CKV_GATHER",
+        "compressed-KV gather",
+        _when_dcp(lambda c: _opt_flag(c.dcp_policy.ckv_gather)),
+        ("dcp_policy.ckv_gather",),
+    ),
+    EnvSpec(
+        "VLLM_B12X_MLA_CKV_GATHER_MAX_TOKENS",
+        "compressed-KV gather token cap",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.ckv_gather_max_tokens)),
+        ("dcp_policy.ckv_gather_max_tokens",),
+    ),
+    EnvSpec(
+        "VLLM_DCP_INDEXER_SHARDS",
+        "indexer shards across the DCP group",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.indexer_shards)),
+        ("dcp_policy.indexer_shards",),
+    ),
+    EnvSpec(
+        "VLLM_B12X_MLA_CKV_PREFETCH_DEPTH",
+        "compressed-KV prefetch depth (unsafe over SYS topology)",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.ckv_prefetch_depth)),
+        ("dcp_policy.ckv_prefetch_depth",),
+    ),
+    EnvSpec(
+        "VLLM_B12X_MLA_CKV_PREFETCH_WORKSPACE_MIB",
+        "DCP prefill / CKV prefetch workspace ceiling in MiB (launcher knob DCP_PREFILL_WORKSPACE_MIB)",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.ckv_prefetch_workspace_mib)),
+        ("dcp_policy.ckv_prefetch_workspace_mib",),
+    ),
+    EnvSpec("NCCL_PROTO", "NCCL protocols", lambda c: c.comm.nccl.proto, ("comm.nccl.proto",)),
+    EnvSpec("NCCL_P2P_LEVEL", "NCCL P2P level", lambda c: c.comm.nccl.p2p_level, ("comm.nccl.p2p_level",)),
+    EnvSpec(
+        "NCCL_IB_DISABLE",
+        "no InfiniBand on a PCIe box",
+        lambda c: _flag(c.comm.nccl.ib_disable),
+        ("comm.nccl.ib_disable",),
+    ),
+    EnvSpec(
+        "NCCL_SOCKET_IFNAME",
+        "NCCL bootstrap interface",
+        lambda c: c.comm.nccl.socket_ifname,
+        ("comm.nccl.socket_ifname",),
+    ),
+    EnvSpec(
+        "GLOO_SOCKET_IFNAME",
+        "gloo bootstrap interface (same as NCCL's)",
+        lambda c: c.comm.nccl.socket_ifname,
+        ("comm.nccl.socket_ifname",),
+    ),
+)
+
+MANAGED_BY_NAME: dict[str, EnvSpec] = {spec.name: spec for spec in MANAGED}
+
+#: vLLM / library variables that glmlaunch does not manage but knows to be real, so passing them
+#: through `env:` raises no "unknown name" warning.
+KNOWN_PASSTHROUGH: frozenset[str] = frozenset(
+    {
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_CONFIGURE_LOGGING",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_USE_MODELSCOPE",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_HOST_IP",
+        "VLLM_PORT",
+        "VLLM_RPC_TIMEOUT",
+        "VLLM_ENGINE_ITERATION_TIMEOUT_S",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        "VLLM_DEBUG_WORKSPACE",
+        "VLLM_SLEEP_WHEN_IDLE",
+        "VLLM_USE_FLASHINFER_SAMPLER",
+        "VLLM_FLASHINFER_MOE_BACKEND",
+        "VLLM_TORCH_PROFILER_DIR",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK",
+        "VLLM_API_KEY",
+        "VLLM_MARLIN_USE_ATOMIC_ADD",
+        "VLLM_ATTENTION_BACKEND",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        # the r14 GLM-5.2 EXL3 launcher's `profile runtime:` knobs (real boot logs, tests/fixtures/boot-logs)
+        "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE",
+        "VLLM_DISABLE_SHARED_EXPERTS_STREAM",
+        "VLLM_EXL3_PREFILL_BLOCK_M",
+        "VLLM_EXL3_PREFILL_CHUNK",
+        "VLLM_EXL3_TRELLIS_BLOCK_M",
+        "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD",
+        "VLLM_PCIE_ONESHOT_ALLOW_CROSS_NUMA",
+        "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD",
+    }
+)
+
+
+#: The managed names of every stack, so a name that only another stack reads can be flagged.
+def names_for_stack(stack: Stack) -> frozenset[str]:
+    return frozenset(spec.name for spec in MANAGED if stack in spec.stacks)
+
+
+def managed_env(config: DeploymentConfig) -> dict[str, str]:
+    """The managed variables a configuration produces, in registry order."""
+    out: dict[str, str] = {}
+    for spec in MANAGED:
+        value = spec.value(config)
+        if value is not None:
+            out[spec.name] = value
+    return out
+
+
+def reference_markdown() -> str:
+    """docs/environment.md: every name this registry declares (scripts/gen_env_docs.py writes it)."""
+    lines = [
+        "# Environment variables",
+        "",
+        "Generated from `glmlaunch/config/registry.py` by `scripts/gen_env_docs.py`; a test keeps it "
+        "current.",
+        "",
+        "## glmlaunch's own",
+        "",
+        "| variable | meaning |",
+        "|---|---|",
+    ]
+    lines += [f"| `{name}` | {doc} |" for name, doc in TOOL_VARS.items()]
+    lines += [
+        "",
+        "Every setting is also reachable as `GLMLAUNCH_<SECTION>__<FIELD>` (for example",
+        "`GLMLAUNCH_SCHEDULER__MAX_NUM_SEQS=4`); passthrough variables as `GLMLAUNCH_ENV__<NAME>`.",
+        "",
+        "## Produced for vLLM and the kernels",
+        "",
+        "One setting becomes every name its library stack reads, and nothing it never reads.",
+        "",
+        "| variable | stacks | from settings | meaning |",
+        "|---|---|---|---|",
+    ]
+    for spec in MANAGED:
+        stacks = ", ".join(sorted(spec.stacks))
+        settings = ", ".join(f"`{s}`" for s in spec.settings) or "(fixed)"
+        lines.append(f"| `{spec.name}` | {stacks} | {settings} | {spec.doc} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,339 @@
+"""Layer defaults, the profile chain, the environment and command-line overrides into one config.
+
+Precedence, lowest first: built-in defaults < profile chain (base first) < ``GLMLAUNCH_*`` environment
+(``GLMLAUNCH_<SECTION>__<FIELD>``, then ``GLMLAUNCH_SET``) < command-line ``--set key=value``.
+Every leaf of the result records where its value came from.
+
+pydantic-settings layers sources into one merged dict and does not keep the origin of each leaf, so
+the layering walk is done here; pydantic does all parsing and type validation, and
+``glmlaunch.config.settings.ToolSettings`` (pydantic-settings) reads glmlaunch's own variables.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from glmlaunch.config.diagnostics import Diagnostic, Source
+from glmlaunch.config.profiles import ProfileFile, load_chain
+from glmlaunch.config.registry import (
+    GLMLAUNCH_SET,
+    SETTING_ENV_SEPARATOR,
+    TOOL_PREFIX,
+    TOOL_VARS,
+)
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.settings import ToolSettings
+from glmlaunch.config.validate import validate_config
+from glmlaunch.errors import ConfigError, ConfigErrors
+
+RESERVED_PROFILE_KEYS = frozenset({"extends"})
+DEFAULT_PROFILE = "turnkey"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    config: DeploymentConfig
+    provenance: Mapping[str, Source]
+    warnings: tuple[Diagnostic, ...] = ()
+    profile_chain: tuple[ProfileFile, ...] = ()
+    overrides: tuple[str, ...] = field(default=())
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile_chain[-1].name if self.profile_chain else "(defaults)"
+
+    def source_of(self, key: str) -> Source:
+        if key in self.provenance:
+            return self.provenance[key]
+        prefix = key + "."
+        kinds = {v for k, v in self.provenance.items() if k.startswith(prefix)}
+        non_default = [s for s in kinds if s.kind != "default"]
+        if non_default:
+            return sorted(non_default, key=lambda s: ("default", "profile", "env", "cli").index(s.kind))[-1]
+        return Source("default")
+
+
+# --- layering ------------------------------------------------------------------------------------
+
+
+def _leaves(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _leaves(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def _merge(
+    base: dict[str, Any],
+    layer: Mapping[str, Any],
+    provenance: dict[str, Source],
+    source_for: Any,
+    prefix: str = "",
+) -> None:
+    """Deep-merge ``layer`` into ``base``; mappings merge key by key, anything else replaces."""
+    for key, value in layer.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value, provenance, source_for, dotted + ".")
+            continue
+        for stale in [k for k in provenance if k == dotted or k.startswith(dotted + ".")]:
+            del provenance[stale]
+        if isinstance(value, Mapping) and value:
+            base[key] = {}
+            _merge(base[key], value, provenance, source_for, dotted + ".")
+        else:
+            base[key] = _copy(value)
+            provenance[dotted] = source_for(dotted)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    parts = dotted.split(".")
+    out: dict[str, Any] = {parts[-1]: value}
+    for part in reversed(parts[:-1]):
+        out = {part: out}
+    return out
+
+
+def parse_override_value(raw: str) -> Any:
+    """Values from --set and the environment: kept as text for pydantic, except lists, maps and null."""
+    text = raw.strip()
+    if text in {"null", "~"}:
+        return None
+    if text.startswith(("[", "{")):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cannot parse the value as a YAML list or mapping: {exc}", value=raw) from None
+    return raw
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(
+            "an override must look like key=value",
+            key="--set",
+            value=item,
+            hint="e.g. --set scheduler.max_num_seqs=4 or --set comm.dma_min_bytes=off",
+        )
+    if any(not part or not part.replace("_", "").replace("-", "").isalnum() for part in key.split(".")[:1]):
+        raise ConfigError("bad key", key=key, value=item, hint="use dotted keys such as memory.min_margin")
+    return key, parse_override_value(raw)
+
+
+def split_set_env(value: str) -> list[str]:
+    return [p.strip() for p in value.replace("\n", ";").split(";") if p.strip()]
+
+
+def _env_name_to_key(name: str) -> str:
+    body = name[len(TOOL_PREFIX) :]
+    parts = body.split(SETTING_ENV_SEPARATOR)
+    if parts[0].lower() == "env" and len(parts) >= 2:
+        # Environment variable names are case-sensitive: keep the passthrough name as written.
+        return "env." + SETTING_ENV_SEPARATOR.join(parts[1:])
+    return ".".join(p.lower() for p in parts)
+
+
+def setting_env_name(key: str) -> str:
+    """The GLMLAUNCH_* variable that sets a dotted key."""
+    parts = key.split(".")
+    if parts[0] == "env" and len(parts) >= 2:
+        return TOOL_PREFIX + "ENV" + SETTING_ENV_SEPARATOR + ".".join(parts[1:])
+    return TOOL_PREFIX + SETTING_ENV_SEPARATOR.join(p.upper() for p in parts)
+
+
+def _all_setting_keys() -> list[str]:
+    return [k for k, _ in _leaves(DeploymentConfig().model_dump(mode="json"))] + _section_keys(
+        DeploymentConfig
+    )
+
+
+def _section_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys: list[str] = []
+    for name, info in model.model_fields.items():
+        dotted = prefix + name
+        keys.append(dotted)
+        for sub in _model_types(info.annotation):
+            keys.extend(_section_keys(sub, dotted + "."))
+    return keys
+
+
+def _model_types(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) is not None:
+        found: list[type[BaseModel]] = []
+        for arg in get_args(annotation):
+            found.extend(_model_types(arg))
+        return found
+    return []
+
+
+def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Source]]:
+    layer: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+    known_keys: set[str] = set()
+    for name in sorted(environ):
+        if not name.startswith(TOOL_PREFIX) or name in TOOL_VARS:
+            continue
+        known_keys = known_keys or set(_all_setting_keys())
+        key = _env_name_to_key(name)
+        if key not in known_keys and not key.startswith("env."):
+            candidates = [setting_env_name(k) for k in known_keys] + list(TOOL_VARS)
+            close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+            raise ConfigError(
+                "unknown glmlaunch variable",
+                key=name,
+                value=environ[name],
+                source="environment",
+                hint=(f"did you mean {close[0]}?" if close else "settings are GLMLAUNCH_<SECTION>__<FIELD>")
+                + " (`glmlaunch config` lists every key)",
+            )
+        _merge(layer, _nest(key, parse_override_value(environ[name])), {}, lambda _k: Source("env"))
+        sources[key] = Source("env", name)
+    return layer, sources
+
+
+def _apply(
+    merged: dict[str, Any], provenance: dict[str, Source], key: str, value: Any, source: Source
+) -> None:
+    _merge(merged, _nest(key, value), provenance, lambda _k: source)
+
+
+def resolve_config(
+    profile: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Resolved:
+    """Resolve a deployment configuration with provenance; raises ConfigError(s) on any problem."""
+    env = dict(os.environ if environ is None else environ)
+    tool = ToolSettings.from_environ(env)
+    ref = profile if profile is not None else (tool.profile or DEFAULT_PROFILE)
+    chain = load_chain(ref, env)
+
+    merged: dict[str, Any] = {}
+    provenance: dict[str, Source] = {}
+    for prof in chain:
+        data = {k: v for k, v in prof.data.items() if k not in RESERVED_PROFILE_KEYS}
+        label = prof.name if prof.builtin else str(prof.path)
+
+        def _profile_source(dotted: str, _label: str = label) -> Source:
+            return Source("profile", f"{_label}:{dotted}")
+
+        _merge(merged, data, provenance, _profile_source)
+
+    env_layer, env_sources = _env_layer(env)
+    for key, value in _leaves(env_layer):
+        origin = next(
+            (s for k, s in env_sources.items() if key == k or key.startswith(k + ".")), Source("env")
+        )
+        _apply(merged, provenance, key, value, origin)
+
+    applied: list[str] = []
+    for item in split_set_env(tool.set or ""):
+        key, value = parse_override(item)
+        _apply(merged, provenance, key, value, Source("env", f"{GLMLAUNCH_SET} {key}"))
+        applied.append(item)
+    for item in overrides:
+        key, value = parse_override(item)
+        _apply(merged, provenance, key, value, Source("cli", f"--set {key}"))
+        applied.append(item)
+
+    try:
+        config = DeploymentConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigErrors(_convert(exc, provenance)) from None
+
+    for key, _ in _leaves(config.model_dump(mode="json")):
+        provenance.setdefault(key, Source("default"))
+
+    diagnostics = validate_config(config, provenance)
+    errors = [d for d in diagnostics if d.level == "error"]
+    if errors:
+        raise ConfigErrors([d.as_error() for d in errors])
+    return Resolved(
+        config=config,
+        provenance=dict(sorted(provenance.items())),
+        warnings=tuple(d for d in diagnostics if d.level == "warning"),
+        profile_chain=tuple(chain),
+        overrides=tuple(applied),
+    )
+
+
+# --- pydantic errors -> one-line messages ---------------------------------------------------------
+
+
+def _fields_at(loc: Sequence[str | int]) -> list[str]:
+    model: type[BaseModel] | None = DeploymentConfig
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return []
+        subs = _model_types(model.model_fields[part].annotation)
+        model = subs[0] if subs else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _source_for(dotted: str, provenance: Mapping[str, Source]) -> str | None:
+    probe = dotted
+    while probe:
+        if probe in provenance:
+            return str(provenance[probe])
+        probe = probe.rpartition(".")[0]
+    return None
+
+
+def _short(value: object) -> object:
+    text = repr(value)
+    return value if len(text) <= 80 else text[:77] + "..."
+
+
+def _convert(exc: ValidationError, provenance: Mapping[str, Source]) -> list[ConfigError]:
+    errors: list[ConfigError] = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        kind = err["type"]
+        ctx = err.get("ctx") or {}
+        value = err.get("input")
+        source = _source_for(dotted, provenance)
+        allowed: list[str] | None = None
+        hint: str | None = None
+        message = str(err["msg"])
+        if kind == "extra_forbidden":
+            siblings = _fields_at(loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), siblings, n=1, cutoff=0.6)
+            message = "unknown key"
+            hint = f"did you mean {'.'.join([*map(str, loc[:-1]), close[0]])}?" if close else None
+            allowed = siblings
+            value = None
+        elif kind in {"literal_error", "enum"}:
+            expected = str(ctx.get("expected", ""))
+            allowed = [a.strip().strip("'") for a in expected.replace(" or ", ", ").split(",") if a.strip()]
+            close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.5)
+            message = "not an allowed value"
+            hint = f"did you mean {close[0]!r}?" if close else None
+        elif message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        errors.append(
+            ConfigError(message, key=dotted, value=_short(value), allowed=allowed, source=source, hint=hint)
+        )
+    return errors

@@ -1,0 +1,190 @@
+"""The hand-off to vLLM: find the executable, print what will run, and replace this process with it.
+
+glmlaunch ends in ``os.execvpe`` so vLLM keeps this process id: under ``docker run`` / ``init: true``
+it is the process that receives SIGTERM and SIGINT, exactly as with the old ``exec vllm serve``.
+Everything printed here (the command line, the environment changes) passes through secret masking;
+the values themselves reach vLLM unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NoReturn
+
+from glmlaunch.config.environment import LaunchEnvironment
+from glmlaunch.config.registry import GLMLAUNCH_VLLM_BIN, PATH
+from glmlaunch.errors import LaunchError
+from glmlaunch.output import MASK, is_secret_name, mask_secrets, note, register_secrets
+
+DEFAULT_VLLM = "vllm"
+
+ChangeKind = Literal["added", "replaced", "unchanged"]
+
+
+@dataclass(frozen=True)
+class EnvChange:
+    """One name glmlaunch sets for vLLM, compared with what the caller's environment had."""
+
+    name: str
+    value: str
+    before: str | None
+    change: ChangeKind
+    origin: Literal["managed", "passthrough"]
+    settings: tuple[str, ...]
+
+    @property
+    def secret(self) -> bool:
+        return is_secret_name(self.name)
+
+    def shown_value(self) -> str:
+        return MASK if self.secret else mask_secrets(self.value)
+
+    def shown_before(self) -> str | None:
+        if self.before is None:
+            return None
+        return MASK if self.secret else mask_secrets(self.before)
+
+    def line(self) -> str:
+        text = f"{self.name}={self.shown_value()}"
+        if self.change == "replaced":
+            text += f"  (replaces {self.shown_before()!r} from the caller's environment)"
+        elif self.change == "unchanged":
+            text += "  (the caller's environment already has this value)"
+        return text
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "value": self.shown_value(),
+            "before": self.shown_before(),
+            "change": self.change,
+            "origin": self.origin,
+            "settings": list(self.settings),
+            "secret": self.secret,
+        }
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Exactly what ``exec_vllm`` runs: the argument vector, the whole environment, and the diff."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    env_changes: tuple[EnvChange, ...]
+
+    def command_line(self) -> str:
+        return mask_secrets(shlex.join(mask_argv(self.argv)))
+
+
+def env_changes(launch_env: LaunchEnvironment, inherited: Mapping[str, str]) -> tuple[EnvChange, ...]:
+    out: list[EnvChange] = []
+    for entry in launch_env.entries:
+        before = inherited.get(entry.name)
+        kind: ChangeKind = "added"
+        if before is not None:
+            kind = "unchanged" if before == entry.value else "replaced"
+        out.append(EnvChange(entry.name, entry.value, before, kind, entry.origin, entry.settings))
+    return tuple(out)
+
+
+def _secret_flag(arg: str) -> bool:
+    return arg.startswith("-") and is_secret_name(arg.split("=", 1)[0].lstrip("-"))
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """The argument vector for printing: values of secret-named flags (``--api-key X``) masked."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("-"):
+            shown.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        if _secret_flag(arg):
+            if "=" in arg:
+                shown.append(arg.split("=", 1)[0] + "=" + MASK)
+            else:
+                shown.append(arg)
+                hide_next = True
+            continue
+        shown.append(mask_secrets(arg))
+    return shown
+
+
+def register_argv_secrets(argv: Sequence[str]) -> None:
+    """Remember secret flag values so a later message that quotes one is masked too."""
+    for i, arg in enumerate(argv):
+        if not _secret_flag(arg):
+            continue
+        flag, eq, value = arg.partition("=")
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            value = argv[i + 1]
+        if value:
+            register_secrets({flag.lstrip("-").upper().replace("-", "_"): value})
+
+
+@dataclass(frozen=True)
+class VllmBinary:
+    requested: str
+    source: str
+    path: str | None
+    problem: str | None = None
+
+
+def locate_vllm(cli_value: str | None, environ: Mapping[str, str]) -> VllmBinary:
+    """``--vllm-bin``, else ``$GLMLAUNCH_VLLM_BIN``, else ``vllm`` on the PATH of ``environ``."""
+    if cli_value:
+        requested, source = cli_value, "--vllm-bin"
+    elif environ.get(GLMLAUNCH_VLLM_BIN, "").strip():
+        requested, source = environ[GLMLAUNCH_VLLM_BIN].strip(), GLMLAUNCH_VLLM_BIN
+    else:
+        requested, source = DEFAULT_VLLM, "PATH"
+    if os.sep in requested:
+        path = Path(requested).expanduser()
+        if not path.exists():
+            return VllmBinary(requested, source, None, f"{path} does not exist")
+        if path.is_dir():
+            return VllmBinary(requested, source, None, f"{path} is a directory")
+        if not os.access(path, os.X_OK):
+            return VllmBinary(requested, source, None, f"{path} is not executable (chmod +x it)")
+        return VllmBinary(requested, source, str(path.absolute()))
+    search = environ.get(PATH, os.defpath)
+    found = shutil.which(requested, path=search)
+    if found is None:
+        return VllmBinary(requested, source, None, f"no executable {requested!r} on PATH ({search})")
+    return VllmBinary(requested, source, found)
+
+
+def require_vllm(binary: VllmBinary) -> str:
+    if binary.path is None:
+        raise LaunchError(
+            f"cannot start vLLM: {binary.problem}",
+            key=binary.source,
+            hint=f"install vllm, or point --vllm-bin / {GLMLAUNCH_VLLM_BIN} at the executable",
+        )
+    return binary.path
+
+
+def exec_vllm(spec: LaunchSpec) -> NoReturn:
+    """Log the command and the environment changes on stderr, then replace this process with vLLM."""
+    for change in spec.env_changes:
+        if change.change != "unchanged":
+            note(f"env: {change.line()}")
+    note(f"exec: {spec.command_line()}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(spec.argv[0], list(spec.argv), dict(spec.env))
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot execute {spec.argv[0]}: {exc.strerror or exc}",
+            key="exec",
+            hint="a script needs a #! line and execute permission; a binary must match this machine",
+        ) from None

@@ -1,0 +1,497 @@
+"""``glmlaunch serve``: resolve -> check -> plan -> preflight -> exec ``vllm serve``.
+
+Each stage is one function below; a stage that does not run says so on stderr, with the reason, and is
+recorded in the dry-run document. Nothing falls back silently: a failed stage stops the launch with its
+documented exit code (README "Exit codes").
+
+Inputs: :class:`ServeOptions` (the command line) and the caller's environment, which also carries the
+whole configuration in a container (``GLMLAUNCH_PROFILE``, ``GLMLAUNCH_SET``,
+``GLMLAUNCH_<SECTION>__<FIELD>``, ``GLMLAUNCH_SKIP_PREFLIGHT``, ``GLMLAUNCH_BACKEND``,
+``GLMLAUNCH_VLLM_BIN``, ``GLMLAUNCH_INVENTORY``). Output: a :class:`ServePlan`; :func:`serve` then
+replaces the process with vLLM unless ``dry_run`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from glmlaunch.config.environment import compose
+from glmlaunch.config.registry import GLMLAUNCH_SKIP_PREFLIGHT
+from glmlaunch.config.render_args import full_argv, managed_flag_conflicts
+from glmlaunch.config.resolve import Resolved, resolve_config
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.settings import ToolSettings
+from glmlaunch.config.units import format_size
+from glmlaunch.errors import (
+    ConfigError,
+    ConfigErrors,
+    ExitCode,
+    GlmlaunchError,
+    MarginError,
+    NoGpuError,
+    PreflightError,
+)
+from glmlaunch.hardware.checks import CheckReport, MemoryInputs, ledger_budget, run_checks
+from glmlaunch.hardware.inventory import Inventory
+from glmlaunch.launch.handoff import (
+    EnvChange,
+    LaunchSpec,
+    VllmBinary,
+    env_changes,
+    exec_vllm,
+    locate_vllm,
+    mask_argv,
+    register_argv_secrets,
+    require_vllm,
+)
+from glmlaunch.ledger import build_ledger
+from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.output import mask_secrets, note, out_json, out_text, register_secrets, warn
+
+if TYPE_CHECKING:
+    from glmlaunch.preflight.api import PreflightRun
+
+BACKENDS = ("auto", "sparkinfer", "b12x", "replay")
+StageName = Literal["resolve", "check", "plan", "preflight", "baseline"]
+StageStatus = Literal["ok", "warn", "skipped", "failed"]
+
+#: How long to wait, after the preflight's teardown, for the driver to hand GPU memory back.
+BASELINE_WAIT_S = 15.0
+BASELINE_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What the command line says; ``None`` means "not given" (the environment decides)."""
+
+    profile: str | None = None
+    overrides: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()
+    dry_run: bool = False
+    skip_preflight: bool = False
+    backend: str | None = None
+    vllm_bin: str | None = None
+    inventory: Path | None = None
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    stage: StageName
+    status: StageStatus
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.stage} {self.status}: {self.detail}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"stage": self.stage, "status": self.status, "detail": mask_secrets(self.detail)}
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything decided before the hand-off; printed by ``--dry-run``, executed otherwise."""
+
+    profile: str
+    spec: LaunchSpec
+    vllm: VllmBinary
+    extra_args: tuple[str, ...]
+    stages: tuple[StageRecord, ...]
+    shadowed: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    checks: CheckReport | None = None
+    dry_run: bool = False
+    #: the error a real launch would stop with (dry runs only: they print the command regardless)
+    failure: GlmlaunchError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "dry_run": self.dry_run,
+            "started": False,
+            "would_start": self.failure is None,
+            "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
+            "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
+            "argv": mask_argv(self.spec.argv),
+            "command": self.spec.command_line(),
+            "extra_args": mask_argv(self.extra_args),
+            "vllm": {
+                "requested": self.vllm.requested,
+                "source": self.vllm.source,
+                "path": self.vllm.path,
+                "problem": self.vllm.problem,
+            },
+            "env_changes": [c.to_json() for c in self.spec.env_changes],
+            "shadowed": [mask_secrets(s) for s in self.shadowed],
+            "stages": [s.to_json() for s in self.stages],
+            "checks": self.checks.to_json() if self.checks is not None else None,
+            "warnings": [mask_secrets(w) for w in self.warnings],
+        }
+
+
+# --- stages ---------------------------------------------------------------------------------------
+
+
+def resolve_stage(options: ServeOptions, environ: Mapping[str, str]) -> Resolved:
+    return resolve_config(options.profile, options.overrides, environ)
+
+
+def reject_managed_flags(extra: Sequence[str]) -> None:
+    """Extra vllm arguments may not repeat a flag glmlaunch builds: argparse would let the last one win."""
+    conflicts = managed_flag_conflicts(extra)
+    if not conflicts:
+        return
+    raise ConfigErrors(
+        [
+            ConfigError(
+                "is managed by glmlaunch and cannot be passed after --",
+                key=flag,
+                hint=f"use --set {setting}=VALUE (or GLMLAUNCH_SET) instead",
+            )
+            for flag, setting in conflicts
+        ]
+    )
+
+
+@dataclass
+class _BudgetMemo:
+    """Keeps the budget the check stage's memory verdict computed, so the plan stage reports that one."""
+
+    budget: Budget | None = None
+    inputs: MemoryInputs | None = None
+    calibration: object | None = None  # the term model's ledger inputs (calibration records / rig defaults)
+
+    def __call__(self, config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
+        self.budget = ledger_budget(config, inputs, calibration=self.calibration)
+        self.inputs = inputs
+        return self.budget
+
+
+def check_stage(
+    config: DeploymentConfig,
+    profile: str,
+    *,
+    inventory_file: Path | None,
+    environ: Mapping[str, str],
+    strict: bool,
+    dry_run: bool,
+) -> tuple[StageRecord, CheckReport | None, _BudgetMemo, GlmlaunchError | None]:
+    """Hardware checks and the memory verdict on the GPUs vLLM will see (the launch environment's view)."""
+    from glmlaunch.hardware.probe import get_inventory
+
+    memo = _BudgetMemo()
+    try:
+        inv = get_inventory(inventory_file, environ=environ)
+    except NoGpuError as exc:
+        if not dry_run:
+            raise
+        record = StageRecord(
+            "check", "skipped", f"no GPU to check here ({exc.one_line()}); a real launch stops with exit 8"
+        )
+        warn(record.line())
+        return record, None, memo, None
+    from glmlaunch.calibrate.apply import calibration_for
+
+    use = calibration_for(config, inv)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
+    memo.calibration = use.calibration
+    report = run_checks(config, inv, purpose="serve", profile=profile, budget_fn=memo)
+    counts = report.counts()
+    for r in report.results:
+        if r.status in ("WARN", "FAIL"):
+            warn(f"check {r.name}: {r.status}: {r.message}")
+    summary = (
+        f"{len(report.results)} checks on GPUs {list(report.gpus)} of the {report.inventory}: "
+        f"{counts['OK']} OK, {counts['WARN']} WARN, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP"
+    )
+    status: StageStatus = "failed" if counts["FAIL"] else ("warn" if counts["WARN"] else "ok")
+    record = StageRecord("check", status, summary)
+    note(record.line())
+    try:
+        report.raise_for_status(strict=strict)
+    except GlmlaunchError as exc:
+        return record, report, memo, exc
+    return record, report, memo, None
+
+
+def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> tuple[StageRecord, MarginError | None]:
+    """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
+    budget, basis = memo.budget, "the GPUs' real memory"
+    if budget is None:
+        from glmlaunch.calibrate.apply import calibration_for
+
+        cal = memo.calibration if memo.calibration is not None else calibration_for(config).calibration
+        budget = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
+        basis = "the profile's hardware.memory_per_gpu (no GPU memory was read)"
+    text = (
+        f"margin {format_size(budget.margin)} "
+        f"(min {format_size(budget.min_margin)}), KV {format_size(budget.kv)} = {budget.kv_tokens:,} tokens, "
+        f"from {basis}"
+    )
+    if budget.verdict != "ok":
+        error = MarginError(
+            f"plan: {budget.verdict}: {text}: " + "; ".join(budget.reasons),
+            hint="`glmlaunch plan` shows every entry; lower memory.gpu_memory_utilization or the pools",
+        )
+        return StageRecord("plan", "failed", f"{budget.verdict}: {text}"), error
+    for caution in budget.cautions:
+        warn(f"plan: {caution}")
+    record = StageRecord("plan", "ok", text)
+    note(record.line())
+    return record, None
+
+
+def preflight_stage(config: DeploymentConfig, backend: str) -> PreflightRun:
+    """Build the pools on the real GPUs and compare with the ledger (glmlaunch.preflight)."""
+    from glmlaunch.preflight.api import run_preflight
+    from glmlaunch.preflight.report import build_report, render_text
+
+    run = run_preflight(config, backend=cast(Any, backend), device="cuda", progress=note)
+    report = build_report(run)
+    note(render_text(report))
+    code = ExitCode(report.exit_code)
+    if code == ExitCode.OK:
+        return run
+    message = report.root_cause or report.verdict
+    if code == ExitCode.MARGIN:
+        raise MarginError(f"preflight: {report.verdict}", hint="lower gpu_memory_utilization or the pools")
+    if code == ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    raise PreflightError(f"preflight failed: {message}; vLLM was not started")
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """One GPU's free memory and the processes holding it, as NVML saw it."""
+
+    index: int
+    free_bytes: int | None
+    pids: tuple[int, ...]
+
+
+def baseline_problems(
+    before: Sequence[GpuMemory],
+    now: Sequence[GpuMemory],
+    worker_pids: Sequence[int],
+    alive_workers: Sequence[int],
+    slack_bytes: int,
+) -> list[str]:
+    """What keeps vLLM from starting on clean GPUs: live workers, workers holding memory, memory not back."""
+    problems = [f"preflight worker process group {pid} is still alive" for pid in alive_workers]
+    current = {g.index: g for g in now}
+    for b in before:
+        a = current.get(b.index)
+        if a is None:
+            problems.append(f"GPU {b.index} is no longer visible")
+            continue
+        held = sorted(set(worker_pids) & set(a.pids))
+        if held:
+            problems.append(f"GPU {b.index}: preflight worker pid(s) {held} still hold memory")
+        lost_bytes = (b.free_bytes or 0) - (a.free_bytes or 0)
+        if b.free_bytes is not None and a.free_bytes is not None and lost_bytes > slack_bytes:
+            lost = lost_bytes / 2**20
+            others = sorted(set(a.pids) - set(b.pids) - set(worker_pids))
+            held_by = f" (new holder pid(s) {others})" if others else ""
+            problems.append(f"GPU {b.index}: {lost:.0f} MiB less free than before the preflight{held_by}")
+    return problems
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def gpu_memory_of(inv: Inventory) -> list[GpuMemory]:
+    return [GpuMemory(g.index, g.memory_free, tuple(p.pid for p in g.processes)) for g in inv.gpus]
+
+
+def _gpu_memory(environ: Mapping[str, str]) -> list[GpuMemory]:
+    # Always live NVML: a saved inventory (GLMLAUNCH_INVENTORY) cannot show what the preflight left.
+    from glmlaunch.hardware.probe import probe
+
+    return gpu_memory_of(probe(environ=environ))
+
+
+def confirm_baseline(
+    run: PreflightRun,
+    environ: Mapping[str, str],
+    *,
+    wait_s: float = BASELINE_WAIT_S,
+    read_gpus: Callable[[Mapping[str, str]], list[GpuMemory]] = _gpu_memory,
+) -> StageRecord:
+    """Before exec: the preflight's workers are gone and every GPU has its pre-preflight free memory back."""
+    from glmlaunch.preflight.api import LEAK_SLACK_BYTES
+
+    world = run.config.parallel.tp
+    before = [GpuMemory(s.index, s.free_bytes, s.pids) for s in run.before[:world]]
+    workers = sorted({r.pid for r in run.outcome.results if r is not None} | set(run.outcome.survivors))
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [pid for pid in workers if _group_alive(pid)]
+        problems = baseline_problems(before, read_gpus(environ), workers, alive, LEAK_SLACK_BYTES)
+        if not problems or time.monotonic() >= deadline:
+            break
+        time.sleep(BASELINE_POLL_S)
+    if problems:
+        raise PreflightError(
+            "GPUs are not back at their pre-preflight baseline: " + "; ".join(problems),
+            hint="vLLM was not started; find the holders with `glmlaunch hw` and stop them",
+        )
+    record = StageRecord(
+        "baseline", "ok", f"preflight workers gone, free memory back on GPUs {[b.index for b in before]}"
+    )
+    note(record.line())
+    return record
+
+
+# --- the whole chain ------------------------------------------------------------------------------
+
+
+def _skip_reason(options: ServeOptions, tool: ToolSettings) -> str | None:
+    if options.dry_run:
+        return "--dry-run starts no process"
+    if options.skip_preflight:
+        return "--skip-preflight"
+    if tool.skip_preflight:
+        return f"{GLMLAUNCH_SKIP_PREFLIGHT}=1"
+    return None
+
+
+def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
+    """Run every stage up to the hand-off and return what would be executed."""
+    register_secrets(environ)
+    register_argv_secrets(options.extra_args)
+    tool = ToolSettings.from_environ(environ)
+    backend = options.backend or tool.backend or "auto"
+    if backend not in BACKENDS:
+        raise ConfigError("unknown preflight backend", key="--backend", value=backend, allowed=BACKENDS)
+    strict = tool.strict
+
+    resolved = resolve_stage(options, environ)
+    config = resolved.config
+    register_secrets(config.env)
+    warnings = [d.one_line() for d in resolved.warnings]
+    for line in warnings:
+        warn(line)
+    stages = [StageRecord("resolve", "ok", f"profile {resolved.profile_name}")]
+    reject_managed_flags(options.extra_args)
+
+    vllm = locate_vllm(options.vllm_bin, environ)
+    if vllm.path is None:
+        if not options.dry_run:
+            require_vllm(vllm)
+        warn(f"vllm executable: {vllm.problem} (from {vllm.source}); a real launch stops with exit 6")
+
+    launch_env = compose(config, environ)
+    shadowed = tuple(s.message() for s in launch_env.shadowed)
+    for line in shadowed:
+        warn(line)
+
+    check, report, memo, check_failure = check_stage(
+        config,
+        resolved.profile_name,
+        inventory_file=options.inventory,
+        environ=launch_env.full,
+        strict=strict,
+        dry_run=options.dry_run,
+    )
+    stages.append(check)
+    # A dry run goes on past a failed check or plan so the command is still shown; the failure is
+    # printed with it and decides the exit code. A real launch stops here.
+    if check_failure is not None and not options.dry_run:
+        raise check_failure
+    plan_record, plan_failure = plan_stage(config, memo)
+    stages.append(plan_record)
+    failure = check_failure or plan_failure
+    if failure is not None and not options.dry_run:
+        raise failure
+
+    skip = _skip_reason(options, tool)
+    if skip is not None:
+        record = StageRecord("preflight", "skipped", skip)
+        (note if options.dry_run else warn)(record.line())
+        stages.append(record)
+        stages.append(StageRecord("baseline", "skipped", "no preflight ran, so no workers to wait for"))
+    else:
+        run = preflight_stage(config, backend)
+        stages.append(StageRecord("preflight", "ok", f"preflight passed ({run.backend.name} backend)"))
+        stages.append(confirm_baseline(run, launch_env.full))
+
+    argv = full_argv(config, options.extra_args, vllm_bin=vllm.path or vllm.requested)
+    spec = LaunchSpec(
+        argv=tuple(argv), env=dict(launch_env.full), env_changes=env_changes(launch_env, environ)
+    )
+    return ServePlan(
+        profile=resolved.profile_name,
+        spec=spec,
+        vllm=vllm,
+        extra_args=options.extra_args,
+        stages=tuple(stages),
+        shadowed=shadowed,
+        warnings=tuple(warnings),
+        checks=report,
+        dry_run=options.dry_run,
+        failure=failure,
+    )
+
+
+def serve(options: ServeOptions, environ: Mapping[str, str] | None = None) -> ServePlan:
+    """Prepare the launch; with ``dry_run`` return it, otherwise replace this process with vLLM."""
+    env = dict(os.environ if environ is None else environ)
+    plan = prepare(options, env)
+    if not options.dry_run:
+        exec_vllm(plan.spec)
+    return plan
+
+
+# --- dry-run output -------------------------------------------------------------------------------
+
+
+def _env_line(change: EnvChange) -> str:
+    text = f"{change.name}={shlex.quote(change.shown_value())}"
+    if change.change == "replaced":
+        text += f"  # replaces {shlex.quote(change.shown_before() or '')} from the caller's environment"
+    elif change.change == "unchanged":
+        text += "  # already set to this value"
+    return text
+
+
+def dry_run_text(plan: ServePlan) -> str:
+    lines = [f"# glmlaunch serve --dry-run: profile {plan.profile}; nothing was started"]
+    for stage in plan.stages:
+        lines.append(f"# {stage.line()}")
+    lines.append("# environment changes (the rest of the caller's environment is passed unchanged)")
+    lines.extend(_env_line(c) for c in plan.spec.env_changes)
+    if plan.failure is not None:
+        code = int(plan.failure.exit_code)
+        lines.append(f"# a launch would stop here, exit {code}: {plan.failure.one_line()}")
+    lines.append("# command")
+    lines.append(plan.spec.command_line())
+    return "\n".join(lines)
+
+
+def render(plan: ServePlan, *, as_json: bool) -> None:
+    """Print a dry run (a real launch never returns here); then raise what a launch would stop with."""
+    if as_json:
+        out_json(plan.to_json())
+    else:
+        out_text(dry_run_text(plan))
+    if plan.failure is not None:
+        raise plan.failure
+
+
+def validate_json_flag(*, as_json: bool, dry_run: bool) -> None:
+    if as_json and not dry_run:
+        raise ConfigError("--json describes a dry run", key="--json", hint="add --dry-run")

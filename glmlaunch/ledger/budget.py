@@ -1,0 +1,241 @@
+"""vLLM's KV budget and the steady-state margin per GPU rank (memory-model.md §6).
+
+```
+F0     = T - U_oth - U_pre          free memory at vLLM's init snapshot
+R      = ceil(GMU * T)              start gate: vLLM refuses to start when F0 < R
+KV     = R - W - P - N - G_e        (or --kv-cache-memory-bytes when pinned)
+margin = F0 - (W + P + N + G_e + KV) - X
+```
+
+U_pre, P, N, G_e and X are sums of the ledger's entries by lifetime (P: profiled torch/workspace,
+N: profiled ipc/driver). The verdict compares the margin with ``memory.min_margin``; a max_model_len
+request must fit the KV budget at the configured KV dtype with DCP sharding; the recommended
+``--kv-cache-memory-bytes`` is the KV size that leaves exactly the minimum margin (floored to 1 MiB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal, NamedTuple
+
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.ledger import kv_cache
+from glmlaunch.ledger.model import Ledger, Origin, Terms
+from glmlaunch.ledger.terms import gate_bytes, terms
+
+MIB = 1024 * 1024
+KV_BLOCK = 64
+
+Verdict = Literal["ok", "below-margin", "oom-risk", "refused"]
+
+
+class Budget(NamedTuple):
+    """Immutable; a NamedTuple because a calibration search builds thousands of them."""
+
+    total: int  # T
+    used_by_others: int  # U_oth
+    u_pre: int
+    f0: int
+    gate: int  # R
+    w: int
+    p: int
+    n: int
+    g_e: int
+    kv: int
+    kv_pinned: bool
+    x: int
+    margin: int
+    min_margin: int
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    start_gate_ok: bool
+    kv_bytes_per_token: int  # all layers, one rank
+    kv_bytes_per_token_origin: Origin
+    kv_tokens: int  # tokens the KV budget holds across the DCP group
+    request_bytes: int  # one max_model_len request, per rank
+    request_fits: bool
+    recommended_kv_cache_memory_bytes: int
+    # The request check rests on W and KV bytes/token; when either is a default or an estimate the
+    # shortfall is a caution (vLLM would refuse after loading weights, if the estimate is right), not
+    # a verdict: the margin itself does not depend on W (KV absorbs it), so it stays a verdict.
+    request_fit_confirmed: bool = True
+    cautions: tuple[str, ...] = ()
+
+    @property
+    def terms(self) -> dict[str, int]:
+        return {
+            "T": self.total,
+            "U_oth": self.used_by_others,
+            "U_pre": self.u_pre,
+            "F0": self.f0,
+            "R": self.gate,
+            "W": self.w,
+            "P": self.p,
+            "N": self.n,
+            "G_e": self.g_e,
+            "KV": self.kv,
+            "X": self.x,
+            "margin": self.margin,
+        }
+
+
+_MEMO: dict[tuple[object, ...], tuple[Ledger, Budget]] = {}
+
+
+def compute_budget(
+    config: DeploymentConfig,
+    ledger: Ledger,
+    *,
+    total_bytes: int | None = None,
+    used_by_others: int = 0,
+    calibration: object | None = None,
+) -> Budget:
+    total = config.hardware.memory_per_gpu if total_bytes is None else total_bytes
+    m, s = config.memory, config.scheduler
+    # A calibration search asks for the same (ledger, totals) many times; the ledger object is memoized,
+    # so its identity (kept alive by the memo) stands for its contents.
+    key = (
+        id(ledger),
+        total,
+        used_by_others,
+        _calibrated_per_token(calibration),
+        tuple(sorted(_term_overrides(calibration).items())),
+        m.gpu_memory_utilization,
+        m.kv_cache_memory_bytes,
+        m.min_margin,
+        m.kv_cache_dtype,
+        config.parallel.dcp,
+        s.max_model_len,
+        config.mtp,
+        config.model.geometry,
+    )
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is ledger:
+        return hit[1]
+    budget = _compute(config, ledger, total, used_by_others, calibration)
+    if len(_MEMO) >= 20_000:
+        _MEMO.clear()
+    _MEMO[key] = (ledger, budget)
+    return budget
+
+
+def _compute(
+    config: DeploymentConfig, ledger: Ledger, total: int, used_by_others: int, calibration: object | None
+) -> Budget:
+    t: Terms = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
+    over = _term_overrides(calibration)
+    if over:
+        t = replace(t, **over)
+    f0 = total - used_by_others - t.u_pre
+    gate = gate_bytes(config.memory.gpu_memory_utilization, total)
+    pinned = config.memory.kv_cache_memory_bytes
+    budgeted_rest = t.w + t.p + t.n + t.g_e
+    kv = pinned if pinned is not None else max(0, gate - budgeted_rest)
+    margin = f0 - budgeted_rest - kv - t.x
+
+    geo = kv_cache.geometry(config)
+    per_token = geo.bytes_per_token
+    origin: Origin = geo.origin
+    cal = _calibrated_per_token(calibration)
+    if cal is not None:
+        per_token, origin = cal, "calibrated"
+    need = kv_cache.request_bytes(config, per_token)
+    # vLLM hands out whole 64-token blocks per rank (the real r14 logs match this to the token).
+    tokens = (kv // (KV_BLOCK * per_token)) * KV_BLOCK * config.parallel.dcp if per_token else 0
+    fits = kv >= need
+    w_entry = next((e for e in ledger.rank0.entries if e.subsystem == "weights"), None)
+    w_known = config.model.weights_per_rank is not None or (
+        w_entry is not None and w_entry.origin == "calibrated"
+    )
+    confirmed = (pinned is not None or w_known) and origin in ("exact", "library", "calibrated")
+
+    recommended = (f0 - budgeted_rest - t.x - config.memory.min_margin) // MIB * MIB
+    reasons: list[str] = []
+    start_ok = f0 >= gate
+    if not start_ok:
+        reasons.append(
+            f"start gate: free memory at startup F0 {f0:,} B < R = GMU * T {gate:,} B: vLLM refuses"
+        )
+    if pinned is None and gate - budgeted_rest <= 0:
+        reasons.append("no memory is left for the KV cache (R <= W + P + N + G_e)")
+    cautions: list[str] = []
+    if not fits:
+        shortfall = (
+            f"one {config.scheduler.max_model_len:,}-token request needs {need:,} B of KV per rank "
+            f"({per_token:,} B/token, DCP {config.parallel.dcp}) but the budget is {kv:,} B"
+        )
+        if confirmed:
+            reasons.append(shortfall)
+        else:
+            unknown = [] if (pinned is not None or w_known) else [f"W {t.w:,} B is a default"]
+            if origin not in ("exact", "library", "calibrated"):
+                unknown.append(f"{per_token:,} B/token is an {origin}")
+            cautions.append(
+                f"unconfirmed: {shortfall}; vLLM would refuse it after loading the weights, but "
+                + " and ".join(unknown)
+                + ": calibrate from a boot log (glmlaunch calibrate ingest) or set model.weights_per_rank"
+            )
+    verdict: Verdict
+    if reasons:
+        verdict = "refused"
+    elif margin < 0:
+        verdict = "oom-risk"
+        reasons.append(
+            f"steady-state margin {margin:,} B is negative: unbudgeted allocations ({t.x:,} B) can OOM"
+        )
+    elif margin < config.memory.min_margin:
+        verdict = "below-margin"
+        reasons.append(
+            f"steady-state margin {margin:,} B is below memory.min_margin {config.memory.min_margin:,} B"
+        )
+    else:
+        verdict = "ok"
+    return Budget(
+        total=total,
+        used_by_others=used_by_others,
+        u_pre=t.u_pre,
+        f0=f0,
+        gate=gate,
+        w=t.w,
+        p=t.p,
+        n=t.n,
+        g_e=t.g_e,
+        kv=kv,
+        kv_pinned=pinned is not None,
+        x=t.x,
+        margin=margin,
+        min_margin=config.memory.min_margin,
+        verdict=verdict,
+        reasons=tuple(reasons),
+        start_gate_ok=start_ok,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_token_origin=origin,
+        kv_tokens=tokens,
+        request_bytes=need,
+        request_fits=fits,
+        recommended_kv_cache_memory_bytes=max(0, recommended),
+        request_fit_confirmed=confirmed,
+        cautions=tuple(cautions),
+    )
+
+
+_TERM_FIELDS = {"u_pre": "u_pre", "w": "w", "p": "p", "n": "n", "g_e": "g_e"}
+
+
+def _term_overrides(calibration: object | None) -> dict[str, int]:
+    """Whole terms a term model predicted (``LedgerCalibration.term_bytes``); empty without one."""
+    items = getattr(calibration, "term_bytes", None) if calibration is not None else None
+    if not items:
+        return {}
+    return {_TERM_FIELDS[k]: int(v) for k, v in items if k in _TERM_FIELDS}
+
+
+def _calibrated_per_token(calibration: object | None) -> int | None:
+    if calibration is None:
+        return None
+    value = (
+        calibration.get("kv_bytes_per_token")
+        if isinstance(calibration, dict)
+        else getattr(calibration, "kv_bytes_per_token", None)
+    )
+    return int(value) if value is not None else None

@@ -1,0 +1,329 @@
+"""``glmlaunch plan``: resolve a profile, build the ledger, compute the budget, and the JSON document.
+
+The ``--json`` document is versioned (:data:`SCHEMA_VERSION`) and described by the pydantic models
+below; ``docs/plan-schema-v1.json`` is their JSON Schema, and a test keeps the two identical. Adding a
+field is a compatible change within version 1; renaming or removing one, or changing a meaning, bumps
+the version.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from glmlaunch import __version__
+from glmlaunch.config.resolve import Resolved, resolve_config
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import parse_size
+from glmlaunch.errors import ConfigError
+from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
+from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.model import Entry, Ledger
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    resolved: Resolved
+    ledger: Ledger
+    budget: Budget
+    calibration: object | None = None
+
+    @property
+    def config(self) -> DeploymentConfig:
+        return self.resolved.config
+
+
+def parse_gpu_memory(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--gpu-memory", value=value, hint="e.g. 96GiB or 95.01GiB") from None
+
+
+def check_library(library: str) -> str:
+    if library not in LIBRARY_CHOICES:
+        raise ConfigError("unknown library source", key="--library", value=library, allowed=LIBRARY_CHOICES)
+    return library
+
+
+def plan_resolved(
+    resolved: Resolved,
+    *,
+    gpu_memory: int | None = None,
+    library: str = "builtin",
+    calibration: object | None = None,
+) -> PlanResult:
+    config = resolved.config
+    if gpu_memory is not None:
+        # The KV entry is sized against T, so the ledger sees the same total as the budget.
+        config = config.model_copy(
+            update={"hardware": config.hardware.model_copy(update={"memory_per_gpu": gpu_memory})}
+        )
+        resolved = Resolved(
+            config=config,
+            provenance=resolved.provenance,
+            warnings=resolved.warnings,
+            profile_chain=resolved.profile_chain,
+            overrides=resolved.overrides,
+        )
+    ledger = build_ledger(config, calibration=calibration, library=check_library(library))
+    budget = compute_budget(config, ledger, calibration=calibration)
+    return PlanResult(resolved, ledger, budget, calibration)
+
+
+def make_plan(
+    profile: str | None,
+    overrides: Sequence[str] = (),
+    *,
+    gpu_memory: str | None = None,
+    library: str = "builtin",
+) -> PlanResult:
+    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.output import note, warn
+
+    resolved = resolve_config(profile, overrides)
+    use = calibration_for(resolved.config)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
+    return plan_resolved(
+        resolved, gpu_memory=parse_gpu_memory(gpu_memory), library=library, calibration=use.calibration
+    )
+
+
+#: ``--explain`` names for the budget terms (the term model's account of each), besides ledger entries.
+TERM_NAMES: dict[str, str] = {"W": "w", "P": "p", "N": "n", "G_E": "g_e", "T-F0": "u_pre", "U_PRE": "u_pre"}
+
+
+def explain_terms(result: PlanResult, name: str) -> list[str] | None:
+    """The term model's explanation of one budget term (or of all, for ``terms``); None when not a term."""
+    key = name.upper()
+    if key != "TERMS" and key not in TERM_NAMES:
+        return None
+    explain = dict(getattr(result.calibration, "explain", None) or ())
+    if not explain:
+        return [f"{name}: no calibration record or rig defaults apply; the ledger's defaults stand (entries)"]
+    wanted = list(dict.fromkeys(TERM_NAMES.values())) if key == "TERMS" else [TERM_NAMES[key]]
+    return [explain[t] for t in wanted if t in explain] or [f"{name}: the term model does not know it"]
+
+
+def find_entry(result: PlanResult, name: str) -> Entry:
+    entries = {e.name: e for e in (*result.ledger.rank0.entries, *result.ledger.latent)}
+    if name in entries:
+        return entries[name]
+    close = difflib.get_close_matches(name, list(entries), n=3)
+    prefix = [n for n in entries if n.startswith(name)]
+    hint = f"did you mean {', '.join(close or prefix)}?" if (close or prefix) else None
+    raise ConfigError(
+        "no such ledger entry or budget term",
+        key="--explain",
+        value=name,
+        allowed=[*sorted(entries), "terms", "W", "P", "N", "G_e", "T-F0"],
+        hint=hint,
+    )
+
+
+# --- the JSON document (schema version 1) ---------------------------------------------------------
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EntryDoc(_Doc):
+    name: str
+    subsystem: str
+    requested_bytes: int
+    count: int
+    total_requested_bytes: int
+    device_bytes: int
+    kind: str
+    lifetime: str
+    origin: str
+    condition: str
+    reader: str
+    formula: str
+    note: str
+
+
+class RankDoc(_Doc):
+    rank: int
+    gpu: int
+    entries: list[EntryDoc]
+    device_bytes_by_lifetime: dict[str, int]
+
+
+class LibraryDoc(_Doc):
+    source: str
+    stack: str
+    constants: str
+
+
+class BudgetDoc(_Doc):
+    total_bytes: int
+    used_by_others_bytes: int
+    u_pre_bytes: int
+    f0_bytes: int
+    gate_bytes: int
+    weights_bytes: int
+    profiled_torch_bytes: int
+    profiled_non_torch_bytes: int
+    graph_estimate_bytes: int
+    kv_cache_bytes: int
+    kv_cache_pinned: bool
+    unbudgeted_bytes: int
+    margin_bytes: int
+    min_margin_bytes: int
+    start_gate_ok: bool
+    kv_bytes_per_token: int
+    kv_bytes_per_token_origin: str
+    kv_tokens: int
+    max_model_len_request_bytes: int
+    max_model_len_fits: bool
+    recommended_kv_cache_memory_bytes: int
+
+
+class VerdictDoc(_Doc):
+    status: str
+    ok: bool
+    reasons: list[str]
+    # Added in version 1 (compatible): findings that rest on defaults or estimates and so do not
+    # decide the status, e.g. a max_model_len request that may not fit the KV budget.
+    cautions: list[str] = []
+    request_fit_confirmed: bool = True
+
+
+class SettingsDoc(_Doc):
+    stack: str
+    runner: str
+    tp: int
+    dcp: int
+    mtp: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    kv_cache_dtype: str
+    gpu_memory_utilization: float
+    capture_sizes: list[int]
+    allocator: str
+    dma_wire_mode: str
+
+
+class PlanDoc(_Doc):
+    schema_version: int
+    tool: str
+    tool_version: str
+    profile: str
+    overrides: list[str]
+    settings: SettingsDoc
+    library: LibraryDoc
+    ranks: list[RankDoc]
+    latent: list[EntryDoc]
+    notes: list[str]
+    budget: BudgetDoc
+    verdict: VerdictDoc
+
+
+def entry_doc(e: Entry) -> EntryDoc:
+    return EntryDoc(
+        name=e.name,
+        subsystem=e.subsystem,
+        requested_bytes=e.requested_bytes,
+        count=e.count,
+        total_requested_bytes=e.total_requested,
+        device_bytes=e.device_bytes,
+        kind=e.kind,
+        lifetime=e.lifetime,
+        origin=e.origin,
+        condition=e.condition,
+        reader=e.reader,
+        formula=e.formula,
+        note=e.note,
+    )
+
+
+def settings_doc(config: DeploymentConfig) -> SettingsDoc:
+    return SettingsDoc(
+        stack=config.stack,
+        runner=config.runner,
+        tp=config.parallel.tp,
+        dcp=config.parallel.dcp,
+        mtp=config.mtp,
+        max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+        max_num_seqs=config.scheduler.max_num_seqs,
+        max_model_len=config.scheduler.max_model_len,
+        kv_cache_dtype=config.memory.kv_cache_dtype,
+        gpu_memory_utilization=config.memory.gpu_memory_utilization,
+        capture_sizes=config.capture_sizes(),
+        allocator=config.allocator_conf,
+        dma_wire_mode=config.comm.dma_wire_mode,
+    )
+
+
+def budget_doc(b: Budget) -> BudgetDoc:
+    return BudgetDoc(
+        total_bytes=b.total,
+        used_by_others_bytes=b.used_by_others,
+        u_pre_bytes=b.u_pre,
+        f0_bytes=b.f0,
+        gate_bytes=b.gate,
+        weights_bytes=b.w,
+        profiled_torch_bytes=b.p,
+        profiled_non_torch_bytes=b.n,
+        graph_estimate_bytes=b.g_e,
+        kv_cache_bytes=b.kv,
+        kv_cache_pinned=b.kv_pinned,
+        unbudgeted_bytes=b.x,
+        margin_bytes=b.margin,
+        min_margin_bytes=b.min_margin,
+        start_gate_ok=b.start_gate_ok,
+        kv_bytes_per_token=b.kv_bytes_per_token,
+        kv_bytes_per_token_origin=b.kv_bytes_per_token_origin,
+        kv_tokens=b.kv_tokens,
+        max_model_len_request_bytes=b.request_bytes,
+        max_model_len_fits=b.request_fits,
+        recommended_kv_cache_memory_bytes=b.recommended_kv_cache_memory_bytes,
+    )
+
+
+def plan_document(result: PlanResult) -> PlanDoc:
+    ledger, budget = result.ledger, result.budget
+    ranks = [
+        RankDoc(
+            rank=r.rank,
+            gpu=r.gpu,
+            entries=[entry_doc(e) for e in r.entries],
+            device_bytes_by_lifetime={
+                lt: r.device_total(lt)
+                for lt in ("pre-snapshot", "budget-term", "profiled", "graph-estimated", "unbudgeted")
+            },
+        )
+        for r in ledger.ranks
+    ]
+    return PlanDoc(
+        schema_version=SCHEMA_VERSION,
+        tool="glmlaunch",
+        tool_version=__version__,
+        profile=result.resolved.profile_name,
+        overrides=list(result.resolved.overrides),
+        settings=settings_doc(result.config),
+        library=LibraryDoc(source=ledger.library, stack=ledger.stack, constants=ledger.constants_source),
+        ranks=ranks,
+        latent=[entry_doc(e) for e in ledger.latent],
+        notes=list(ledger.notes),
+        budget=budget_doc(budget),
+        verdict=VerdictDoc(
+            status=budget.verdict,
+            ok=budget.verdict == "ok",
+            reasons=list(budget.reasons),
+            cautions=list(budget.cautions),
+            request_fit_confirmed=budget.request_fit_confirmed,
+        ),
+    )

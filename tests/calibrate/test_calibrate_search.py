@@ -1,0 +1,244 @@
+"""calibrate search: the answer is the largest feasible grid value, and the next step up fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from glmlaunch.calibrate.apply import model_calibration
+from glmlaunch.calibrate.learn import learn
+from glmlaunch.calibrate.model import TermModel
+from glmlaunch.calibrate.records import Calibration
+from glmlaunch.calibrate.search import Evaluation, SearchResult, overlay_yaml, search
+from glmlaunch.config.resolve import resolve_config
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import GIB, MIB
+from glmlaunch.errors import ConfigError
+from glmlaunch.ledger import build_ledger
+from glmlaunch.ledger.budget import compute_budget
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
+V3 = "vllm-current210-cap1024-mtp3-v3-server.log"
+REFUSED = "vllm-current210-unset-mtp3-v1-server.log"
+
+
+def r12(*overrides: str) -> DeploymentConfig:
+    return resolve_config("r12-exl3", overrides, environ={}).config
+
+
+@pytest.fixture(scope="module")
+def records() -> list[Calibration]:
+    from glmlaunch.calibrate.ingest import ingest_logs
+
+    paths = sorted(REAL.glob("*.log"))
+    return [i.record for i in ingest_logs(paths, config=None, profile=None, inventory=None, store=None)]
+
+
+def boot(name: str, records: list[Calibration]) -> DeploymentConfig:
+    """The configuration a real boot ran (its own log's settings over r12-exl3)."""
+    from glmlaunch.calibrate.learn import record_config
+
+    cfg = record_config(next(r for r in records if r.boot.source.endswith(name)))
+    assert cfg is not None
+    return cfg
+
+
+def at(cfg: DeploymentConfig, **changes: object) -> DeploymentConfig:
+    data = cfg.model_dump(mode="python")
+    for dotted, value in changes.items():
+        node = data
+        *parts, last = dotted.split("__")
+        for part in parts:
+            node = node[part]
+        node[last] = value
+    return DeploymentConfig.model_validate(data)
+
+
+@pytest.fixture(scope="module")
+def model(records: list[Calibration]) -> TermModel:
+    learned = learn(boot(V3, records), records)
+    assert learned.model is not None and len(learned.used) == 5
+    return learned.model
+
+
+def independent(config: DeploymentConfig, model: TermModel) -> tuple[int, int, int, bool]:
+    """Margin, KV, one request and the start gate, straight from the model + ledger + budget."""
+    cal = model_calibration(config, model, version=config.vllm_version)
+    b = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
+    return b.margin, b.kv, b.request_bytes, b.f0 >= b.gate
+
+
+def feasible_independently(config: DeploymentConfig, model: TermModel) -> bool:
+    margin, kv, need, gate_ok = independent(config, model)
+    return gate_ok and margin >= config.memory.min_margin and kv >= need
+
+
+def run(cfg: DeploymentConfig, objective: str, model: TermModel, **kw: object) -> SearchResult:
+    return search(
+        cfg, objective, model=model, version=cfg.vllm_version, calibration_message="m", **kw
+    )  # type: ignore[arg-type]
+
+
+def test_max_batched_tokens_is_the_largest_feasible_value(
+    records: list[Calibration], model: TermModel
+) -> None:
+    cfg = boot(V3, records)
+    result = run(cfg, "max-batched-tokens", model, upper=32768)
+    assert result.best is not None and result.next_up is not None
+    best = int(result.best.value)
+    assert best % 256 == 0 and best > 3072  # the boot's 3072 kept room: KV 1.91 GiB for a 0.98 GiB request
+    assert result.next_up.value == best + 256 and not result.next_up.feasible
+    for tokens in range(1024, 32768 + 1, 256):  # brute force, without the search's evaluator
+        assert feasible_independently(at(cfg, scheduler__max_num_batched_tokens=tokens), model) == (
+            tokens <= best
+        ), tokens
+
+
+def test_max_prefill_capacity_lies_between_the_booted_and_the_refused_one(
+    records: list[Calibration], model: TermModel
+) -> None:
+    # The shared boots: capacity 1024 booted, capacity 3072 (unset) was refused at the same GMU.
+    cfg = boot(V3, records)
+    result = run(cfg, "max-prefill-capacity", model)
+    assert result.best is not None and result.next_up is not None
+    best = int(result.best.value)
+    assert 1024 <= best < 3072
+    assert not result.next_up.feasible and any("one request" in r for r in result.next_up.reasons)
+    for cap in range(256, 3072 + 1, 256):
+        assert feasible_independently(at(cfg, exl3__prefill_capacity=cap), model) == (cap <= best), cap
+
+
+def test_min_gmu_is_the_lowest_gmu_vllm_accepts(records: list[Calibration], model: TermModel) -> None:
+    refused = boot(REFUSED, records)
+    result = run(refused, "min-gmu", model)
+    assert result.best is not None and result.next_up is not None
+    lowest = float(result.best.value)
+    # vLLM refused this configuration at 0.92: the lowest GMU it accepts is above that
+    assert lowest > refused.memory.gpu_memory_utilization
+    assert result.best.fits_one_request and not result.next_up.fits_one_request
+    assert result.next_up.value == pytest.approx(lowest - 0.001)
+
+
+def test_max_kv_bytes_next_mib_breaks_the_margin(records: list[Calibration], model: TermModel) -> None:
+    cfg = boot(V3, records)
+    result = run(cfg, "max-kv-bytes", model)
+    assert result.best is not None and result.next_up is not None
+    best = int(result.best.value)
+    assert best % MIB == 0
+    assert best == result.best.recommended_kv_cache_memory_bytes  # the budget's own answer agrees
+    assert independent(at(cfg, memory__kv_cache_memory_bytes=best), model)[0] >= GIB
+    assert independent(at(cfg, memory__kv_cache_memory_bytes=best + MIB), model)[0] < GIB
+    assert any("margin" in r for r in result.next_up.reasons)
+
+
+def test_max_gmu_and_a_stricter_margin(records: list[Calibration], model: TermModel) -> None:
+    cfg = boot(V3, records)
+    loose = run(cfg, "max-gmu", model)
+    strict = run(cfg, "max-gmu", model, min_margin=2 * GIB)
+    assert loose.best is not None and strict.best is not None and loose.next_up is not None
+    assert strict.best.value < loose.best.value
+    assert loose.next_up.value == pytest.approx(float(loose.best.value) + 0.001)
+    feasible = [
+        t
+        for t in range(850, 1001)
+        if feasible_independently(at(cfg, memory__gpu_memory_utilization=t / 1000), model)
+    ]
+    # small GMUs leave too little KV for one request, large ones eat the margin: one interval, ending at best
+    assert feasible == list(range(feasible[0], feasible[-1] + 1))
+    assert feasible[-1] == round(float(loose.best.value) * 1000)
+
+
+def test_nothing_feasible_is_reported_with_the_failing_anchor(
+    records: list[Calibration], model: TermModel
+) -> None:
+    result = run(boot(V3, records), "max-gmu", model, min_margin=60 * GIB)
+    assert result.best is None and result.lower_bound is not None
+    assert any("margin" in r for r in result.lower_bound.reasons)
+
+
+def test_lossless_only() -> None:
+    data = r12().model_dump(mode="python")
+    data["comm"]["dma_wire_mode"] = "i8"
+    compressed = DeploymentConfig.model_validate(data)
+    with pytest.raises(ConfigError, match="lossless only"):
+        search(compressed, "max-batched-tokens", calibration_message="m")
+    data["comm"]["allow_compressed_wire"] = True
+    opted_in = DeploymentConfig.model_validate(data)
+    result = search(opted_in, "max-batched-tokens", calibration_message="m", upper=8192)
+    assert result.best is not None and result.best.config.comm.dma_wire_mode == "i8"
+    plain = search(r12(), "max-batched-tokens", calibration_message="m", upper=8192)
+    assert plain.best is not None and plain.best.config.comm.dma_wire_mode == "0"
+
+
+def test_overlay_extends_the_original_and_resolves(
+    records: list[Calibration], model: TermModel, tmp_path: Path
+) -> None:
+    result = run(boot(V3, records), "max-batched-tokens", model, min_margin=2 * GIB, upper=16384)
+    assert result.best is not None
+    path = tmp_path / "overlay.yaml"
+    path.write_text(overlay_yaml(result, extends="r12-exl3", command="glmlaunch calibrate search"))
+    resolved = resolve_config(str(path), environ={})
+    assert [p.name for p in resolved.profile_chain] == ["r12-exl3", "overlay"]
+    assert resolved.config.scheduler.max_num_batched_tokens == result.best.value
+    assert resolved.config.memory.min_margin == 2 * GIB
+    best: Evaluation = result.best
+    assert f"memory.kv_cache_memory_bytes: {best.recommended_kv_cache_memory_bytes}" in path.read_text()
+    assert "next step up" in path.read_text()
+
+
+def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_path: Path) -> None:
+    for log in sorted(REAL.glob("*.log")):
+        ingest = run_cli("calibrate", "ingest", str(log), env=clean_env)
+        assert ingest.returncode == 0, ingest.stderr
+    profile = tmp_path / "v3.yaml"
+    imported = run_cli("profiles", "import", str(REAL / V3), "-o", str(profile), env=clean_env)
+    assert imported.returncode == 0, imported.stderr
+    out = tmp_path / "cal.yaml"
+    res = run_cli(
+        "calibrate",
+        "search",
+        "-p",
+        str(profile),
+        "--objective",
+        "max-kv-bytes",
+        "-o",
+        str(out),
+        "--json",
+        env=clean_env,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    model = doc["calibration"]["term_model"]
+    assert model["origin"] == "calibrated" and len(model["records"]) == 5
+    assert "term model fitted on 5 record(s)" in res.stderr
+    assert doc["best"]["feasible"] and not doc["next_step_up"]["feasible"]
+    assert doc["next_step_up"]["value"] == doc["best"]["value"] + MIB
+    assert doc["kv_cache_memory_bytes"] == doc["best"]["value"]
+    assert f"--kv-cache-memory-bytes={doc['best']['value']}" in res.stderr
+    assert resolve_config(str(out), environ={}).config.memory.kv_cache_memory_bytes == doc["best"]["value"]
+
+    # A GPU without rig defaults and no applicable record: the ledger's defaults, said on stderr.
+    other = ("--set", "hardware.gpu_model=NVIDIA H200")
+    none = run_cli(
+        "calibrate", "search", "-p", "gate", *other, "--objective", "max-gmu", "--no-write", env=clean_env
+    )
+    assert "no calibration record applies" in none.stderr and "ledger's defaults" in none.stderr
+
+    impossible = run_cli(
+        "calibrate",
+        "search",
+        "-p",
+        str(profile),
+        "--objective",
+        "max-gmu",
+        "--min-margin",
+        "60GiB",
+        "--no-write",
+        env=clean_env,
+    )
+    assert impossible.returncode == 4, impossible.stderr
+    assert "no value of memory.gpu_memory_utilization" in impossible.stderr
+    assert "Traceback" not in impossible.stderr

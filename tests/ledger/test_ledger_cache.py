@@ -1,0 +1,99 @@
+"""The ledger's memo caches never change an answer: a warm build equals a cold one.
+
+Each subsystem memoizes on the settings its ``key`` names; a setting it reads but its key forgets would
+make a warm build reuse another configuration's entries. Random pairs of configurations catch that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glmlaunch.config.resolve import resolve_config
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.ledger import build_ledger, clear_caches
+from glmlaunch.ledger.budget import compute_budget
+
+BASES = {name: resolve_config(name).config for name in ("gate", "turnkey", "r12-exl3")}
+
+KNOBS: dict[tuple[str, str], st.SearchStrategy[Any]] = {
+    ("memory", "gpu_memory_utilization"): st.sampled_from([0.9, 0.95, 0.957]),
+    ("memory", "kv_cache_dtype"): st.sampled_from(["fp8", "nvfp4_ds_mla", "auto"]),
+    ("memory", "estimate_cudagraphs"): st.booleans(),
+    ("memory", "kv_cache_memory_bytes"): st.sampled_from([None, 3 << 30]),
+    ("scheduler", "max_num_batched_tokens"): st.sampled_from([1024, 3072, 8192]),
+    ("scheduler", "max_num_seqs"): st.sampled_from([1, 8, 16]),
+    ("scheduler", "max_model_len"): st.sampled_from([16384, 131072, 524288]),
+    ("comm", "dcp_a2a_max_tokens"): st.sampled_from([0, 16, 64]),
+    ("comm", "single_channel"): st.booleans(),
+    ("comm", "dma_min_bytes"): st.sampled_from([None, 6 << 20, 64 << 20]),
+    ("comm", "oneshot_push"): st.booleans(),
+    ("comm", "dma_wire_mode"): st.sampled_from(["0", "ag", "ring"]),
+    ("speculative", "num_speculative_tokens"): st.sampled_from([0, 1, 3, 5]),
+    ("indexer", "fold"): st.sampled_from(["auto", "0", "1"]),
+    ("indexer", "fold_max_mib"): st.sampled_from([64, 256]),
+    ("indexer", "supertile_k"): st.sampled_from([8192, 32768]),
+    ("dcp_policy", "query_split"): st.sampled_from([None, True, False]),
+    ("hardware", "num_sms"): st.sampled_from([188, 170]),
+    ("memory.allocator", "expandable_segments"): st.booleans(),
+}
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> DeploymentConfig:
+    config = BASES[draw(st.sampled_from(sorted(BASES)))]
+    chosen = draw(st.lists(st.sampled_from(sorted(KNOBS)), max_size=6, unique=True))
+    for section, field in chosen:
+        value = draw(KNOBS[(section, field)])
+        if section == "memory.allocator":
+            alloc = config.memory.allocator.model_copy(update={field: value})
+            config = config.model_copy(
+                update={"memory": config.memory.model_copy(update={"allocator": alloc})}
+            )
+            continue
+        if section == "speculative":
+            config = config.model_copy(
+                update={
+                    "speculative": config.speculative.model_copy(update={field: value}),
+                    "cudagraph": config.cudagraph.model_copy(
+                        update={"capture_sizes": [4, 8, 16, 32], "capture_rule": None}
+                    ),
+                }
+            )
+            continue
+        sub = getattr(config, section).model_copy(update={field: value})
+        config = config.model_copy(update={section: sub})
+    if draw(st.booleans()):
+        config = config.model_copy(update={"runner": draw(st.sampled_from(["v1", "v2"]))})
+    if draw(st.booleans()):
+        config = config.model_copy(
+            update={"parallel": config.parallel.model_copy(update={"dcp": draw(st.sampled_from([1, 2, 4]))})}
+        )
+    return config
+
+
+def snapshot(config: DeploymentConfig) -> tuple[object, ...]:
+    ledger = build_ledger(config)
+    return ledger.rank0.entries, ledger.latent, ledger.notes, compute_budget(config, ledger)
+
+
+@settings(max_examples=150, deadline=None)
+@given(configs(), configs())
+def test_warm_build_equals_cold_build(first: DeploymentConfig, second: DeploymentConfig) -> None:
+    clear_caches()
+    cold = snapshot(second)
+    clear_caches()
+    snapshot(first)  # fills the caches with another configuration's entries
+    warm = snapshot(second)
+    assert warm == cold
+
+
+def test_calibration_is_part_of_the_key() -> None:
+    config = BASES["turnkey"]
+    clear_caches()
+    plain = build_ledger(config)
+    calibrated = build_ledger(config, calibration={"activation_bytes": 1 << 30, "kv_bytes_per_token": 30_000})
+    assert plain.entry("activations") != calibrated.entry("activations")
+    assert plain.entry("kv_cache") != calibrated.entry("kv_cache")
