@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.errors import ConfigError
+from glmlaunch.errors import ConfigError, GlmlaunchError
 
 BASE_PROFILE = "r12-exl3"
 
@@ -75,7 +75,7 @@ def record_config(record: Calibration) -> DeploymentConfig | None:
         return None
     try:
         return config_from_settings(record.boot_settings, record.base_profile or BASE_PROFILE)
-    except Exception:  # a record written by another version, with settings this one rejects
+    except GlmlaunchError:  # a record written by another version, with settings this one rejects
         return None
 
 

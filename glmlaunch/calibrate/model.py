@@ -32,7 +32,6 @@ Pure functions; the ledger is imported lazily (the ledger imports :mod:`.terms`,
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -483,15 +482,3 @@ def fit_model(
         points=tuple(p.label for p in points),
         n_by_version=n_versions,
     )
-
-
-def kv_tokens(kv_bytes: int, bytes_per_token: int, dcp: int, block: int = 64) -> int:
-    """Tokens vLLM's KV cache holds: whole blocks of ``block`` tokens per rank, times DCP."""
-    if bytes_per_token <= 0 or kv_bytes <= 0:
-        return 0
-    blocks = kv_bytes // (block * bytes_per_token)
-    return int(blocks * block * dcp)
-
-
-def gib(n: int | float) -> str:
-    return f"{n / GIB:.2f} GiB" if not math.isnan(float(n)) else "?"

@@ -24,7 +24,6 @@ from glmlaunch.ledger.model import Ledger, Origin, Terms
 from glmlaunch.ledger.terms import gate_bytes, terms
 
 MIB = 1024 * 1024
-KV_BLOCK = 64
 
 Verdict = Literal["ok", "below-margin", "oom-risk", "refused"]
 
@@ -140,8 +139,7 @@ def _compute(
     if cal is not None:
         per_token, origin = cal, "calibrated"
     need = kv_cache.request_bytes(config, per_token)
-    # vLLM hands out whole 64-token blocks per rank (the real r14 logs match this to the token).
-    tokens = (kv // (KV_BLOCK * per_token)) * KV_BLOCK * config.parallel.dcp if per_token else 0
+    tokens = kv_cache.tokens_for(kv, per_token, config.parallel.dcp)
     fits = kv >= need
     w_entry = next((e for e in ledger.rank0.entries if e.subsystem == "weights"), None)
     w_known = config.model.weights_per_rank is not None or (

@@ -106,3 +106,17 @@ def tokens_per_rank(cfg: DeploymentConfig, seq_len: int, block: int = 64) -> int
 
 def request_bytes(cfg: DeploymentConfig, bytes_per_token: int) -> int:
     return tokens_per_rank(cfg, cfg.scheduler.max_model_len) * bytes_per_token
+
+
+KV_BLOCK = 64
+
+
+def tokens_for(kv_bytes: int, bytes_per_token: int, dcp: int, block: int = KV_BLOCK) -> int:
+    """Tokens vLLM's KV cache holds: whole blocks of ``block`` tokens per rank, times DCP.
+
+    The real r14 TP4/DCP4 logs match this to the token (e.g. 1,004 blocks of 64 tokens on each of 4 ranks
+    for the MTP-3 boot's 1.91 GiB at 31,976 B/token/rank: 257,024 tokens).
+    """
+    if bytes_per_token <= 0 or kv_bytes <= 0:
+        return 0
+    return int(kv_bytes // (block * bytes_per_token) * block * dcp)

@@ -12,14 +12,14 @@ from glmlaunch.calibrate.apply import calibration_for, model_calibration
 from glmlaunch.calibrate.derive import derive_document
 from glmlaunch.calibrate.ingest import ingest_logs
 from glmlaunch.calibrate.learn import learn, record_config
-from glmlaunch.calibrate.model import fit_model, fit_term, kv_tokens
+from glmlaunch.calibrate.model import fit_model, fit_term
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.rigdefaults import load_document, rig_prior
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB, MIB
-from glmlaunch.ledger import build_ledger
+from glmlaunch.ledger import build_ledger, kv_cache
 from glmlaunch.ledger.budget import compute_budget
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
@@ -164,8 +164,8 @@ def test_calibration_for_says_what_it_used(tmp_path: Path, records: dict[str, Ca
 
 def test_kv_tokens_are_whole_blocks_per_rank() -> None:
     # the MTP3 boot: 1.91 GiB of KV, 31,976 B/token/rank -> 1,004 blocks of 64 tokens on each of 4 ranks
-    assert kv_tokens(2_054_649_856, 31_976, 4) == 257_024
-    assert kv_tokens(2_054_649_855, 31_976, 4) == 256_768
+    assert kv_cache.tokens_for(2_054_649_856, 31_976, 4) == 257_024
+    assert kv_cache.tokens_for(2_054_649_855, 31_976, 4) == 256_768
 
 
 def test_cli_ingest_list_show(clean_env: dict[str, str], tmp_path: Path) -> None:
