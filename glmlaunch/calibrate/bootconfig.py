@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from glmlaunch.config.limits import MAX_INT_DIGITS, MAX_NESTING_DEPTH
 from glmlaunch.config.units import GIB, KIB, MIB
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
@@ -181,6 +182,24 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
+def _check_limits(value: Any) -> None:
+    """The args dict within the limits a record must keep to be read back (depth, integer digits)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = [*node.keys(), *node.values()]
+        elif isinstance(node, list | tuple | set | frozenset):
+            children = node
+        else:
+            if isinstance(node, int) and not isinstance(node, bool) and abs(node) >= 10**MAX_INT_DIGITS:
+                raise BootConfigError(f"an integer has more than {MAX_INT_DIGITS} digits")
+            continue
+        if depth >= MAX_NESTING_DEPTH:
+            raise BootConfigError(f"nests deeper than {MAX_NESTING_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
 def parse_args_repr(text: str) -> dict[str, Any]:
     """vLLM's ``non-default args`` dict as JSON-safe data; literals only, never evaluated as code."""
     try:
@@ -191,6 +210,7 @@ def parse_args_repr(text: str) -> dict[str, Any]:
         raise BootConfigError(f"not a Python literal: {type(exc).__name__}: {exc}"[:200]) from None
     if not isinstance(value, dict):
         raise BootConfigError(f"expected a dict, got {type(value).__name__}")
+    _check_limits(value)
     result = _json_safe(value)
     assert isinstance(result, dict)
     return result
@@ -233,6 +253,8 @@ def parse_boot_config(text: str) -> BootConfig:
         if gpu:
             if not in_gpus:
                 gpus = []  # a second boot in the same file: the later one wins
+            if len(gpu.group(2)) > 18:  # a corrupt line: no GPU has that much memory
+                continue
             gpus.append((gpu.group(1), int(gpu.group(2)), gpu.group(3)))
             in_gpus = True
             continue
@@ -241,7 +263,10 @@ def parse_boot_config(text: str) -> BootConfig:
             found = version_of(line)
             if found:
                 values["vllm_version"] = found
-        _scan_line(line, values, runtime)
+        try:
+            _scan_line(line, values, runtime)
+        except (ValueError, OverflowError):  # a number too long for int() or too large: skip the line
+            continue
     if gpus:
         values.update(
             gpu_model=gpus[0][0], gpu_memory_mib=gpus[0][1], gpu_driver=gpus[0][2], gpu_count=len(gpus)

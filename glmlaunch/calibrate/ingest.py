@@ -14,6 +14,7 @@ from glmlaunch.calibrate.fingerprint import make_fingerprint
 from glmlaunch.calibrate.logs import BootLog, parse_log_file
 from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration, build_calibration
 from glmlaunch.calibrate.store import SaveResult, Store
+from glmlaunch.config.safeload import short
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
 from glmlaunch.hardware.inventory import Inventory
@@ -77,13 +78,17 @@ def ingest_logs(
         raise ConfigError("give at least one boot log", key="LOG")
     out: list[Ingested] = []
     for path in paths:
-        if not path.is_file():
-            raise ConfigError("no such log file", key="LOG", value=str(path))
         try:
-            boot = parse_log_file(path)
+            exists = path.exists()
+        except OSError:  # e.g. a name longer than NAME_MAX: read_file says so
+            exists = True
+        if not exists:
+            raise ConfigError("no such log file", key="LOG", value=short(path, 200))
+        try:
+            boot = parse_log_file(path)  # a regular file within MAX_BOOT_LOG_BYTES, else ConfigError
         except OSError as exc:
             raise ConfigError(
-                f"cannot read the log: {exc.strerror or exc}", key="LOG", value=str(path)
+                f"cannot read the log: {exc.strerror or exc}", key="LOG", value=short(path, 200)
             ) from None
         if not boot.ranks and not boot.refused:
             raise ConfigError(

@@ -20,14 +20,18 @@ Pure functions over strings; :func:`parse_log_file` is the only one that touches
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict
 
 from glmlaunch.calibrate.bootconfig import BootConfig, parse_boot_config, version_of
+from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
+from glmlaunch.config.safeload import read_file
 from glmlaunch.config.units import GIB, KIB, MIB
 
 _UNIT_BYTES = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "KB": KIB, "MB": MIB, "GB": GIB, "TiB": 1024**4}
@@ -529,7 +533,7 @@ def iter_messages(text: str) -> Iterator[_Message]:
             yield _Message(None, None, segment[: starts[0].start()])
         for i, m in enumerate(starts):
             end = starts[i + 1].start() if i + 1 < len(starts) else len(segment)
-            yield _Message(m.group("proc"), int(m.group("pid")), segment[m.end() : end])
+            yield _Message(m.group("proc"), _small_int(m.group("pid")), segment[m.end() : end])
 
 
 def _is_worker(process: str) -> bool:
@@ -546,15 +550,50 @@ def _apply(acc: _Acc, matchers: Iterable[_Matcher], text: str) -> None:
             continue
         m = matcher.pattern.search(text)
         if m:
-            acc.put(matcher.key, matcher.handle(m))
+            try:
+                updates = matcher.handle(m)
+            except (ValueError, OverflowError):  # a number too long for int() or too large for a float
+                updates = None
+            if updates is None or not _in_range(updates):
+                acc.unparsed.append(f"{matcher.key}: a number is out of range: {text.strip()[:160]}")
+                return
+            acc.put(matcher.key, updates)
         elif matcher.key not in acc.found:
             acc.unparsed.append(f"{matcher.key}: {text.strip()[:160]}")
         return
 
 
+#: Largest magnitude a number read from a log may have (a signed 64-bit value): anything larger is a
+#: corrupt or hostile line, reported as unparsed and never stored in a record.
+_MAX_LOG_NUMBER = 2**63
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _in_range(updates: dict[str, object]) -> bool:
+    """Every number in a matcher's result is finite and fits in 64 bits (nested models included)."""
+    stack: list[object] = list(updates.values())
+    while stack:
+        value = stack.pop()
+        if isinstance(value, BaseModel):
+            stack.extend(dict(value).values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif _is_number(value) and (not math.isfinite(value) or abs(value) >= _MAX_LOG_NUMBER):
+            return False
+    return True
+
+
+def _small_int(text: str) -> int | None:
+    """A pid or rank index from a prefix; None when it is absurdly long (a corrupt line)."""
+    return int(text) if len(text) <= 18 else None
+
+
 def _rank_indices(process: str) -> dict[str, int]:
     names = {"TP": "tp_rank", "DCP": "dcp_rank", "PP": "pp_rank", "DP": "dp_rank"}
-    return {names[k]: int(v) for k, v in _RANK_PART_RE.findall(process) if k in names}
+    return {names[k]: int(v) for k, v in _RANK_PART_RE.findall(process) if k in names and len(v) <= 18}
 
 
 def _rank_sort_key(obs: RankObservation) -> tuple[int, int, int, str]:
@@ -609,7 +648,14 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     for msg in iter_messages(text):
         if version is None:
             version = version_of(msg.text)
-        refusal = _refusal(msg.text)
+        try:
+            refusal = _refusal(msg.text)
+        except (ValueError, OverflowError):  # a number too long for int() or too large for a float
+            engine.unparsed.append(f"refusal: a number is out of range: {msg.text.strip()[:160]}")
+            refusal = None
+        if refusal is not None and not _in_range(dict(refusal)):
+            engine.unparsed.append(f"refusal: a number is out of range: {msg.text.strip()[:160]}")
+            refusal = None
         if refusal is None and failure is None:
             fm = _FAILURE_RE.search(msg.text)
             if fm:
@@ -710,9 +756,12 @@ def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
 
 
 def parse_log_file(path: str | Path) -> BootLog:
-    """Read a log (any encoding; undecodable bytes are kept as escapes) and parse it."""
+    """Read a log (any encoding; undecodable bytes are kept as escapes) and parse it.
+
+    Only a regular file of at most ``MAX_BOOT_LOG_BYTES`` is read; anything else is a ConfigError.
+    """
     p = Path(path)
-    raw = p.read_bytes()
+    raw = read_file(p, limit=MAX_BOOT_LOG_BYTES, key="LOG", what="boot log")
     text = raw.decode("utf-8", "surrogateescape")
     log = parse_log_text(text, source=str(p))
     # Hash the bytes on disk, not the re-encoded text, so a record names exactly the file it came from.

@@ -8,7 +8,9 @@ Layout: ``<cache>/calibration/<record_id>.json``, one JSON document per ingested
   of the same boot leave one record and concurrent ingests of different boots lose none. Readers take no
   lock: a reader sees either the old file or the new one, never a half-written one.
 * Files that are not valid JSON, not a glmlaunch calibration, or of an unknown schema version are skipped
-  with a warning naming the file; they are never deleted.
+  with a warning naming the file; they are never deleted. So are files that break the limits of
+  :mod:`glmlaunch.config.limits` (too large, too deep, not UTF-8) and anything that is not a regular file
+  (a FIFO is never opened, so a lookup cannot hang; a symlink to a device is never read).
 * A record is used only when its fingerprint matches; every record that did not match is reported with the
   fields that differ (:class:`Lookup`).
 """
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +29,12 @@ from pydantic import ValidationError
 
 from glmlaunch.calibrate.fingerprint import Comparison, compare, make_fingerprint
 from glmlaunch.calibrate.records import RECORD_KIND, SCHEMA_VERSION, Calibration
+from glmlaunch.config.limits import MAX_RECORD_BYTES
 from glmlaunch.config.registry import GLMLAUNCH_CACHE_DIR
+from glmlaunch.config.safeload import check_name_lengths, decode_utf8, load_json, read_file, short
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
+from glmlaunch.files import write_text
 from glmlaunch.hardware.inventory import Inventory
 
 LOCK_TIMEOUT_S = 30.0
@@ -40,7 +44,10 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     configured = env.get(GLMLAUNCH_CACHE_DIR, "").strip()
     if configured:
-        return Path(configured).expanduser()
+        try:
+            return Path(configured).expanduser()
+        except RuntimeError:  # ~user for an unknown user
+            return Path(configured)
     return Path(platformdirs.user_cache_dir("glmlaunch", appauthor=False))
 
 
@@ -61,16 +68,7 @@ class Loaded:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text, key=GLMLAUNCH_CACHE_DIR)
 
 
 class Store:
@@ -111,11 +109,19 @@ class Store:
         return SaveResult(path=path, replaced=replaced)
 
     def load(self) -> Loaded:
-        if not self.root.is_dir():
-            return Loaded((), ())
+        """Every readable record, newest first; each unreadable ``*.json`` is one warning, never an error."""
+        try:
+            check_name_lengths(self.root, key=GLMLAUNCH_CACHE_DIR, what="the calibration directory")
+            if not self.root.is_dir():
+                return Loaded((), ())
+            with os.scandir(self.root) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(".json"))
+        except (OSError, ConfigError) as exc:
+            why = exc.message if isinstance(exc, ConfigError) else (exc.strerror or str(exc))
+            return Loaded((), (f"cannot read the calibration directory {short(self.root, 200)}: {why}",))
         records: list[Calibration] = []
         warnings: list[str] = []
-        for path in sorted(self.root.glob("*.json")):
+        for path in (self.root / name for name in names):
             record, problem = read_record(path)
             if record is not None:
                 records.append(record)
@@ -139,17 +145,24 @@ class Store:
 
 
 def read_record(path: Path) -> tuple[Calibration | None, str | None]:
-    """Read one file: (record, None), or (None, why it was skipped)."""
+    """Read one file: (record, None), or (None, why it was skipped); never raises on a bad file.
+
+    Only regular files of at most ``MAX_RECORD_BYTES`` are read (a FIFO, a device or a symlink to one is
+    skipped without being opened for reading), and the JSON is held to ``config.limits``.
+    """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        return None, f"cannot read it ({exc.strerror or exc})"
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = read_file(path, limit=MAX_RECORD_BYTES, key="record", what="file")
+        text = decode_utf8(raw, key="record", value=path.name, what="file")
+        data = load_json(text, key="record", value=path.name, what="record")
+    except ConfigError as exc:
+        return None, exc.message
+    except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc})"
     if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
         return None, "not a glmlaunch calibration record"
     if data.get("schema_version") != SCHEMA_VERSION:
-        return None, f"schema version {data.get('schema_version')!r}; this glmlaunch reads {SCHEMA_VERSION}"
+        version = short(repr(data.get("schema_version")), 40)
+        return None, f"schema version {version}; this glmlaunch reads {SCHEMA_VERSION}"
     try:
         record = Calibration.model_validate(data)
     except ValidationError as exc:

@@ -9,5 +9,7 @@
 * :mod:`.environment`, :mod:`.render_args`, :mod:`.shells`: the environment, ``vllm serve`` argv and shell
   ``export`` lines a configuration produces.
 * :mod:`.units`: byte sizes as people write them.
+* :mod:`.limits`: the resource limits every parser enforces; :mod:`.safeload`: the one bounded reader of
+  files, JSON and YAML (profiles, ``--set``, inventories, calibration records, boot logs).
 * :mod:`.commands`: ``config``, ``env``, ``args``, ``profiles``, and ``resolve`` (every command starts there).
 """

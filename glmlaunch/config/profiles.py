@@ -5,7 +5,8 @@ and ``extends`` (the name or relative path of the base profile). Lookup order fo
 directories of ``GLMLAUNCH_PROFILE_PATH``, then the profiles shipped inside the package. A value that
 names an existing file (or contains a path separator / ends in .yaml) is used as a path.
 
-Only ``yaml.safe_load`` is used: tags that construct Python objects are rejected with a clear error.
+Only ``yaml.safe_load`` is used (through :mod:`glmlaunch.config.safeload`, within the limits of
+:mod:`glmlaunch.config.limits`): tags that construct Python objects are rejected with a clear error.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from glmlaunch.config.limits import MAX_EXTENDS_DEPTH, MAX_PROFILE_BYTES
 from glmlaunch.config.registry import GLMLAUNCH_PROFILE_PATH
+from glmlaunch.config.safeload import check_name_lengths, decode_utf8, load_yaml, read_file, short
 from glmlaunch.errors import ConfigError
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
-MAX_DEPTH = 32
+MAX_DEPTH = MAX_EXTENDS_DEPTH
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,10 @@ def search_dirs(environ: Mapping[str, str] | None = None) -> list[tuple[Path, bo
     dirs: list[tuple[Path, bool]] = []
     for part in env.get(GLMLAUNCH_PROFILE_PATH, "").split(os.pathsep):
         if part.strip():
-            dirs.append((Path(part.strip()).expanduser(), False))
+            try:
+                dirs.append((Path(part.strip()).expanduser(), False))
+            except RuntimeError:  # ~user for an unknown user
+                dirs.append((Path(part.strip()), False))
     dirs.append((builtin_dir(), True))
     return dirs
 
@@ -69,77 +73,69 @@ def _looks_like_path(ref: str) -> bool:
     return "/" in ref or os.sep in ref or ref.endswith(PROFILE_SUFFIXES)
 
 
-def locate(ref: str, *, relative_to: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """Find the file a profile reference names."""
+def _is_file(path: Path, key: str) -> bool:
+    """``path.is_file()``, with a too-long or unreadable name reported instead of raised."""
+    check_name_lengths(path, key=key, what="the profile reference")
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot look up the profile: {exc.strerror or exc}", key=key, value=short(path, 200)
+        ) from None
+
+
+def locate(
+    ref: str,
+    *,
+    relative_to: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    key: str = "profile",
+) -> Path:
+    """Find the file a profile reference names (``key`` names the flag or field it came from)."""
     if not ref or not ref.strip():
-        raise ConfigError("empty profile name", key="profile", hint="pass -p NAME, e.g. -p turnkey")
+        raise ConfigError("empty profile name", key=key, hint="pass -p NAME, e.g. -p turnkey")
+    if "\0" in ref:
+        raise ConfigError("a profile name cannot contain a NUL byte", key=key, value=short(ref))
     candidates: list[Path] = []
-    if _looks_like_path(ref) or (relative_to is not None and (relative_to / ref).is_file()):
+    if _looks_like_path(ref) or (relative_to is not None and _is_file(relative_to / ref, key)):
         base = relative_to if relative_to is not None else Path.cwd()
-        path = (base / ref).expanduser() if not Path(ref).is_absolute() else Path(ref)
+        path = (base / ref) if not Path(ref).is_absolute() else Path(ref)
         candidates.append(path)
         for suffix in PROFILE_SUFFIXES:
-            if not path.name.endswith(PROFILE_SUFFIXES):
+            if path.name and not path.name.endswith(PROFILE_SUFFIXES):
                 candidates.append(path.with_name(path.name + suffix))
     else:
         for directory, _ in search_dirs(environ):
             for suffix in PROFILE_SUFFIXES:
                 candidates.append(directory / f"{ref}{suffix}")
     for path in candidates:
-        if path.is_file():
+        if _is_file(path, key):
             return path
     known = sorted(p.name for p in list_profiles(environ))
     raise ConfigError(
         "profile not found",
-        key="profile",
-        value=ref,
+        key=key,
+        value=short(ref),
         allowed=known,
         hint=f"list profiles with `glmlaunch profiles list`; add directories with {GLMLAUNCH_PROFILE_PATH}",
     )
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold one mapping with string keys."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read profile: {exc.strerror}", key="profile", value=str(path)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"profile is not UTF-8 text (bad byte at offset {exc.start})",
-            key="profile",
-            value=str(path),
-            hint="save the file as UTF-8",
-        ) from None
+    """Read a YAML file that must hold one mapping with string keys (within the limits of ``limits``)."""
+    raw = read_file(path, limit=MAX_PROFILE_BYTES, key="profile", what="profile")
+    text = decode_utf8(raw, key="profile", value=short(path, 200), what="profile")
     return parse_yaml_mapping(text, str(path))
 
 
-# libyaml's CSafeLoader is safe_load's constructor on the C parser (same tags refused, same errors),
-# and parses a profile ten times faster, which is a tenth of `glmlaunch env`'s start-up.
-_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
-    try:
-        data = yaml.load(text, Loader=_SAFE_LOADER)
-    except yaml.constructor.ConstructorError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"YAML tag not allowed{where}: {exc.problem}",
-            key="profile",
-            value=origin,
-            hint="profiles are plain data; remove tags such as !!python/object",
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"invalid YAML{where}: {problem}", key="profile", value=origin) from None
-    except RecursionError:
-        raise ConfigError("YAML nests too deeply", key="profile", value=origin) from None
+    data = load_yaml(
+        text,
+        key="profile",
+        value=short(origin, 200),
+        what="profile",
+        hint_tags="profiles are plain data; remove tags such as !!python/object",
+    )
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -158,8 +154,8 @@ def _check_keys(data: Mapping[Any, Any], origin: str, prefix: str) -> None:
         if not isinstance(key, str):
             raise ConfigError(
                 "keys must be strings",
-                key=f"{prefix}{key!r}",
-                value=key,
+                key=short(f"{prefix}{key!r}"),
+                value=short(key),
                 source=origin,
                 hint="quote the key",
             )
@@ -175,7 +171,8 @@ def load_chain(ref: str | Path, environ: Mapping[str, str] | None = None) -> lis
     relative_to: Path | None = None
     builtin_root = builtin_dir().resolve()
     while True:
-        path = locate(current, relative_to=relative_to, environ=environ).resolve()
+        key = "profile" if relative_to is None else "extends"
+        path = locate(current, relative_to=relative_to, environ=environ, key=key).resolve()
         if path in seen:
             cycle = " -> ".join(p.stem for p in [*seen, path])
             raise ConfigError("extends cycle", key="extends", value=cycle, hint="remove one of the extends")
@@ -205,9 +202,11 @@ def list_profiles(environ: Mapping[str, str] | None = None) -> list[ProfileFile]
     """Every profile visible on the search path; earlier directories shadow later ones."""
     found: dict[str, ProfileFile] = {}
     for directory, builtin in search_dirs(environ):
-        if not directory.is_dir():
+        try:
+            paths = sorted(directory.iterdir()) if directory.is_dir() else []
+        except OSError:
             continue
-        for path in sorted(directory.iterdir()):
+        for path in paths:
             if path.suffix not in PROFILE_SUFFIXES or path.stem in found:
                 continue
             try:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from glmlaunch.config.limits import MAX_CAPTURE_SIZE, MAX_TOKENS
 from glmlaunch.config.units import GIB, KIB, MIB, ByteSize
 
 Stack = Literal["sparkinfer-r12", "b12x"]
@@ -81,7 +82,7 @@ class ModelGeometry(_Section):
     index_topk: int = Field(2048, gt=0)
     index_topk_pattern: str = Field(GLM52_INDEX_TOPK_PATTERN, pattern=r"^[FS]+$")
     num_mtp_layers: int = Field(1, ge=0)
-    max_position_embeddings: int = Field(1_048_576, gt=0)
+    max_position_embeddings: int = Field(1_048_576, gt=0, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _pattern_covers_layers(self) -> ModelGeometry:
@@ -161,9 +162,9 @@ class ParallelSection(_Section):
 
 
 class SchedulerSection(_Section):
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    max_num_seqs: int = Field(256, ge=1)
-    max_model_len: int = Field(131072, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_TOKENS)
+    max_num_seqs: int = Field(256, ge=1, le=MAX_TOKENS)
+    max_model_len: int = Field(131072, ge=1, le=MAX_TOKENS)
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     async_scheduling: bool = False
@@ -239,7 +240,9 @@ class CommSection(_Section):
     oneshot_fused_max_size: ByteSize = 84 * KIB
     oneshot_push: bool = False
     dcp_a2a: bool = True
-    dcp_a2a_max_tokens: int = Field(64, ge=0, description="0 = uncapped (staging sized from batched tokens)")
+    dcp_a2a_max_tokens: int = Field(
+        64, ge=0, le=MAX_TOKENS, description="0 = uncapped (staging sized from batched tokens)"
+    )
     single_channel: bool = False
     nccl: NcclSection = NcclSection()
 
@@ -269,10 +272,10 @@ class DcpPolicySection(_Section):
     """DCP attention policy knobs; null leaves the library's automatic choice."""
 
     query_split: bool | None = None
-    query_split_min_context_tokens: int | None = Field(None, ge=0)
+    query_split_min_context_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
     topk_owner_merge: bool | None = None
     ckv_gather: bool | None = None
-    ckv_gather_max_tokens: int | None = Field(None, ge=0)
+    ckv_gather_max_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
     indexer_shards: int | None = Field(None, ge=1)
     ckv_prefetch_depth: int | None = Field(None, ge=0)
     ckv_prefetch_workspace_mib: int | None = Field(
@@ -305,6 +308,7 @@ class Exl3Section(_Section):
     prefill_capacity: int | None = Field(
         None,
         ge=1,
+        le=MAX_TOKENS,
         description=(
             "VLLM_EXL3_PREFILL_CAPACITY: tokens the EXL3 prefill arenas are sized for (240 KiB/token for the "
             "target model, 320 KiB/token for the MTP drafter); null follows scheduler.max_num_batched_tokens"
@@ -315,13 +319,15 @@ class Exl3Section(_Section):
 class CaptureRule(_Section):
     """Capture sizes derived as ``step, 2*step, … <= max``; step null means MTP+1."""
 
-    step: int | None = Field(None, ge=1)
-    max: int = Field(..., ge=1)
+    step: int | None = Field(None, ge=1, le=MAX_CAPTURE_SIZE)
+    max: int = Field(..., ge=1, le=MAX_CAPTURE_SIZE)
 
 
 class CudagraphSection(_Section):
     mode: CudagraphMode = "FULL_AND_PIECEWISE"
-    capture_sizes: list[Annotated[int, Field(ge=1)]] | None = None
+    capture_sizes: (
+        list[Annotated[int, Field(ge=1, le=MAX_CAPTURE_SIZE)]] | None
+    ) = Field(None, max_length=MAX_CAPTURE_SIZE)
     capture_rule: CaptureRule | None = None
     custom_ops: list[str] = ["all"]
     fuse_allreduce_rms: bool = True

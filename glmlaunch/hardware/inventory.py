@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +26,10 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from glmlaunch.config.limits import MAX_INVENTORY_BYTES
+from glmlaunch.config.safeload import decode_utf8, load_json, read_file, short
 from glmlaunch.errors import ConfigError
+from glmlaunch.files import write_text
 
 SCHEMA_VERSION = 1
 
@@ -239,23 +241,13 @@ def inventory_json(inv: Inventory) -> str:
 
 
 def save_inventory(inv: Inventory, path: str | os.PathLike[str]) -> Path:
-    """Write ``inv`` as JSON atomically (a reader never sees half a file)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(inventory_json(inv))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    """Write ``inv`` as JSON atomically (``files.write_text``): only to a regular file or a new path."""
+    return write_text(path, inventory_json(inv), key="--save", make_parents=True)
 
 
 def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
     try:
-        data = json.loads(text)
+        data = load_json(text, key="--inventory", value=short(source, 200), what="inventory")
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"not a JSON inventory ({exc.msg} at line {exc.lineno})",
@@ -265,7 +257,7 @@ def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
         ) from None
     if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
         raise ConfigError(
-            f"inventory schema version {data.get('schema_version')!r} is not supported "
+            f"inventory schema version {short(repr(data.get('schema_version')), 40)} is not supported "
             f"(this glmlaunch reads version {SCHEMA_VERSION})",
             key="--inventory",
             source=source,
@@ -283,13 +275,10 @@ def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Read an inventory file: a regular UTF-8 JSON file within the limits of ``config.limits``."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the inventory file: {exc.strerror or exc}", key="--inventory", value=str(p)
-        ) from None
+    raw = read_file(p, limit=MAX_INVENTORY_BYTES, key="--inventory", what="inventory file")
+    text = decode_utf8(raw, key="--inventory", value=short(p, 200), what="inventory file")
     return parse_inventory(text, source=str(p))
 
 
