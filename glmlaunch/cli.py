@@ -13,7 +13,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import debug_enabled, mask_secrets
+from glmlaunch.output import debug_enabled, mask_secrets, printable, reset_secrets
 
 app = typer.Typer(
     name="glmlaunch",
@@ -405,14 +405,15 @@ def diff_cmd(
 
 
 def _fail(exc: GlmlaunchError) -> NoReturn:
+    # one_line() already hides the value of a secret-named key; mask_secrets hides every other secret.
     lines = exc.all_lines() if hasattr(exc, "all_lines") else [exc.one_line()]
-    sys.stderr.write(f"error: {mask_secrets(lines[0])}\n")
-    for line in lines[1:]:
-        sys.stderr.write(f"error: {mask_secrets(line)}\n")
+    for line in lines:
+        sys.stderr.write(f"error: {printable(mask_secrets(line))}\n")
     raise SystemExit(int(exc.exit_code))
 
 
 def main() -> None:
+    reset_secrets()  # the secrets of this run only (main may run many times in one process, as in tests)
     try:
         app()
     except GlmlaunchError as exc:

@@ -6,8 +6,22 @@ message on stderr and the exit code of its class. The codes are part of the publ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from enum import IntEnum
+
+#: A name is secret when one of its parts (split at anything but letters and digits) is one of these:
+#: HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, ``env.MY_TOKEN``, ``--api-key``. Whole parts
+#: only: "turnkey" is a profile and VLLM_DCP_A2A_MAX_TOKENS a count, neither a secret. The rule lives here,
+#: below :mod:`glmlaunch.output` (which re-exports it), so an error's own message masks its value.
+SECRET_MARKERS: frozenset[str] = frozenset(
+    {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
+)
+MASK = "****"
+
+
+def is_secret_name(name: str) -> bool:
+    return any(part in SECRET_MARKERS for part in re.split(r"[^A-Z0-9]+", name.upper()))
 
 
 class ExitCode(IntEnum):
@@ -54,7 +68,10 @@ class GlmlaunchError(Exception):
         else:
             parts.append(self.message)
         if self.value is not None:
-            parts.append(f"got {self.value!r}")
+            # The value of a secret-named key is never shown, whatever its type (`--set env.X_TOKEN=[…]`);
+            # everything else is masked again as text where it is printed (output.mask_secrets).
+            shown = MASK if self.key is not None and is_secret_name(self.key) else repr(self.value)
+            parts.append(f"got {shown}")
         if self.allowed:
             shown = ", ".join(self.allowed[:12]) + (", …" if len(self.allowed) > 12 else "")
             parts.append(f"allowed: {shown}")

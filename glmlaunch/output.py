@@ -1,30 +1,39 @@
 """Where output goes, and secret masking.
 
 stdout carries data only (tables, JSON, export lines); messages, warnings and progress go to stderr.
-Every printed string passes through :func:`mask_secrets` so a token never reaches a terminal or a log.
+
+One masking path: every printed string passes through :func:`mask_secrets` (messages, tables through the
+rich consoles, JSON strings before they are serialised) so a token never reaches a terminal or a log:
+
+* values registered as secret (the caller's secret-named variables, read once on first use; values the
+  configuration marks secret) are replaced wherever they appear;
+* ``NAME=value`` with a secret-named NAME, ``--api-key value`` / ``--hf-token=value`` and indented YAML
+  ``NAME: value`` lines have the value replaced.
+
+Structured data is masked by structure, never after quoting: :func:`mask_obj` masks the value of a
+secret-named key and the argument after a secret flag in a list before ``json.dumps``; the shell export
+lines (:mod:`glmlaunch.config.shells`) are printed with :func:`out_data`, exactly as rendered, because their
+values were vetted before quoting (a secret is withheld, never masked inside a quoted string).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
 from glmlaunch.config.registry import GLMLAUNCH_DEBUG, NO_COLOR
+from glmlaunch.errors import MASK as MASK
+from glmlaunch.errors import SECRET_MARKERS as SECRET_MARKERS
+from glmlaunch.errors import ConfigError
+from glmlaunch.errors import is_secret_name as is_secret_name
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-#: A name is secret when one of its _-separated parts is one of these (HF_TOKEN, OPENAI_API_KEY,
-#: AWS_SECRET_ACCESS_KEY, DB_PASSWORD). Whole parts only: "turnkey" is a profile and
-#: VLLM_DCP_A2A_MAX_TOKENS a count, neither a secret.
-SECRET_MARKERS: frozenset[str] = frozenset(
-    {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
-)
-MASK = "****"
 
 _CONSOLES: dict[str, Console] = {}
 
@@ -38,45 +47,178 @@ def __getattr__(name: str) -> Console:
         from rich.console import Console
 
         if name == "err_console":
-            _CONSOLES[name] = Console(stderr=True, highlight=False, soft_wrap=True)
+            _CONSOLES[name] = Console(
+                file=cast("IO[str]", _MaskedStream("stderr")), highlight=False, soft_wrap=True
+            )
         else:
             # Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
             _CONSOLES[name] = Console(
-                highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240
+                file=cast("IO[str]", _MaskedStream("stdout")),
+                highlight=False,
+                soft_wrap=True,
+                width=None if sys.stdout.isatty() else 240,
             )
     return _CONSOLES[name]
 
 
+class _MaskedStream:
+    """sys.stdout / sys.stderr (looked up at each write, as rich does) behind :func:`mask_secrets`.
+
+    rich writes a whole rendered print in one call, so a secret is never split across two writes.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def _stream(self) -> TextIO:
+        stream: TextIO = getattr(sys, self._name)
+        return stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(mask_secrets(text)))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+
 _known_secrets: set[str] = set()
+_environ_read = False
 
 
-def is_secret_name(name: str) -> bool:
-    return any(part in SECRET_MARKERS for part in re.split(r"[^A-Z0-9]+", name.upper()))
+def reset_secrets() -> None:
+    """Forget registered secrets; the caller's environment is read again on next use (one CLI run)."""
+    global _environ_read
+    _known_secrets.clear()
+    _environ_read = False
 
 
 def register_secrets(environ: Mapping[str, str]) -> None:
     """Remember the values of secret-named variables so they are masked wherever they appear."""
     for name, value in environ.items():
-        if is_secret_name(name) and len(value) >= 4:
-            _known_secrets.add(value)
+        if is_secret_name(name):
+            register_secret(value)
 
 
-def mask_secrets(text: str, extra: Iterable[str] = ()) -> str:
-    """Replace every known secret value, and NAME=value pairs of secret-named variables, by a mask."""
-    secrets = sorted({*(_known_secrets), *(s for s in extra if len(s) >= 4)}, key=len, reverse=True)
-    for secret in secrets:
-        text = text.replace(secret, MASK)
-    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+def register_secret(value: str) -> None:
+    """Remember one secret value (four characters or more: shorter ones would mask ordinary words)."""
+    if isinstance(value, str) and len(value) >= 4 and value != MASK:
+        _known_secrets.add(value)
 
 
-_ASSIGNMENT = re.compile(
-    r"\b((?:[A-Z0-9]+_)*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|APIKEY)(?:_[A-Z0-9]+)*)"
-    r"(\s*[=:]\s*[\"']?)(?!\*\*\*\*)[^\s\"',;]+"
+def register_argv_secrets(argv: Sequence[str]) -> None:
+    """Remember the values of secret flags (``--api-key X``, ``--hf-token=X``) in an argument vector."""
+    for i, arg in enumerate(argv):
+        if not _secret_flag(arg):
+            continue
+        _flag, eq, value = arg.partition("=")
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            value = argv[i + 1]
+        if value:
+            register_secret(value)
+
+
+def register_config_secrets(env: Mapping[str, str], argv: Sequence[str]) -> None:
+    """Remember a configuration's secrets: secret-named ``env:`` values and secret flags in ``vllm_args``."""
+    register_secrets(env)
+    register_argv_secrets(argv)
+
+
+def known_secrets() -> list[str]:
+    """Every registered secret value, longest first; the caller's environment is read on first use."""
+    global _environ_read
+    if not _environ_read:
+        _environ_read = True
+        register_secrets(os.environ)
+    return sorted(_known_secrets, key=len, reverse=True)
+
+
+def contains_secret(text: str) -> bool:
+    """Whether ``text`` holds a registered secret value anywhere."""
+    return any(secret in text for secret in known_secrets())
+
+
+_PART = r"[A-Za-z0-9]+"
+_MARKER = "(?:" + "|".join(sorted(SECRET_MARKERS, key=len, reverse=True)) + ")"
+_NAME = rf"(?:{_PART}_+)*{_MARKER}(?:_+{_PART})*"
+#: NAME=value (shell, dotenv, --set env.X_TOKEN=value). The name starts at a word boundary.
+_ASSIGNMENT = re.compile(rf"(?<![A-Za-z0-9_])({_NAME})(\s*=\s*[\"']?)(?!\*\*\*\*)[^\s\"',;]+", re.IGNORECASE)
+#: Indented YAML `NAME: value` (a profile's env: block); not `key: message` (one_line: never indented).
+_YAML_PAIR = re.compile(
+    rf"^([ \t]+(?:-[ \t]+)?{_NAME}[ \t]*:[ \t]+[\"']?)(?!\*\*\*\*)[^\s\"',#]+", re.IGNORECASE | re.MULTILINE
+)
+#: "NAME": "value" in JSON quoted inside a message.
+_JSON_PAIR = re.compile(rf'("{_NAME}"\s*:\s*")(?:[^"\\]|\\.)*(")', re.IGNORECASE)
+#: --api-key value, --hf-token=value, and the same inside a quoted list: "--api-key", "value".
+_FLAG = re.compile(
+    rf"(?<![A-Za-z0-9_-])(--?(?:[A-Za-z0-9]+[-_])*{_MARKER}(?:[-_][A-Za-z0-9]+)*)"
+    r"(=[\"']?|[\"']?(?:\s*,\s*|\s+)[\"']?)(?![-*])[^\s\"',\]]+",
+    re.IGNORECASE,
 )
 
 
+def mask_secrets(text: str, extra: Iterable[str] = ()) -> str:
+    """The one masking path for text: registered secret values, then secret assignments and flags."""
+    for secret in sorted({*known_secrets(), *(s for s in extra if len(s) >= 4)}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    text = _YAML_PAIR.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _JSON_PAIR.sub(lambda m: f"{m.group(1)}{MASK}{m.group(2)}", text)
+    return _FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+
+
+def printable(text: str) -> str:
+    """``text`` that any UTF-8 stream can take: a lone surrogate (a file name that is not valid UTF-8,
+    decoded with surrogateescape) becomes a visible ``\\xNN`` escape instead of an encoding crash."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _secret_flag(arg: str) -> bool:
+    return arg.startswith("-") and is_secret_name(arg.split("=", 1)[0].lstrip("-"))
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """An argument vector for display: values of secret-named flags (``--api-key X``) masked."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("-"):
+            shown.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        if _secret_flag(arg):
+            if "=" in arg:
+                shown.append(arg.split("=", 1)[0] + "=" + MASK)
+            else:
+                shown.append(arg)
+                hide_next = True
+            continue
+        shown.append(mask_secrets(arg))
+    return shown
+
+
 def mask_mapping(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
+    return {k: (MASK if is_secret_name(k) else mask_secrets(v)) for k, v in env.items()}
 
 
 _ENV_LIKE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -89,24 +231,86 @@ def _secret_key(key: object) -> bool:
 
 
 def mask_obj(obj: Any) -> Any:
-    """Mask secret-named keys at any depth of a JSON-like object, and known secret values in strings."""
+    """Mask a JSON-like object by structure: the value of a secret-named key (at any depth), the argument
+    after a secret flag in a list of strings, and registered secrets inside every string."""
     if isinstance(obj, Mapping):
-        return {k: (MASK if _secret_key(k) and isinstance(v, str) else mask_obj(v)) for k, v in obj.items()}
+        return {
+            printable(k) if isinstance(k, str) else k: (
+                MASK if _secret_key(k) and v is not None and not isinstance(v, bool) else mask_obj(v)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list | tuple):
+        if obj and all(isinstance(v, str) for v in obj):
+            return [printable(v) for v in mask_argv(obj)]
         return [mask_obj(v) for v in obj]
     if isinstance(obj, str):
-        return mask_secrets(obj)
+        return printable(mask_secrets(obj))
     return obj
 
 
-def out_json(obj: Any) -> None:
-    """Write exactly one JSON document to stdout (secrets masked)."""
-    sys.stdout.write(json.dumps(mask_obj(obj), indent=2, sort_keys=False, default=str) + "\n")
+def _nonfinite(obj: Any, path: str = "") -> tuple[str, float] | None:
+    """The dotted path and value of the first NaN or infinity in a JSON-like object."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "(document)", obj
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            found = _nonfinite(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            found = _nonfinite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _printable_obj(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {printable(k) if isinstance(k, str) else k: _printable_obj(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_printable_obj(v) for v in obj]
+    return printable(obj) if isinstance(obj, str) else obj
+
+
+def json_text(obj: Any, *, mask: bool = True) -> str:
+    """``obj`` as strict JSON (RFC 8259), secrets masked: NaN and infinities are refused (exit 2) because
+    no JSON parser but Python's reads them; text that is not valid UTF-8 is escaped visibly. ``mask=False``
+    only for data that is the secret's own carrier (``args --json``: the argv `vllm serve` runs)."""
+    doc = mask_obj(obj) if mask else _printable_obj(obj)
+    bad = _nonfinite(doc)
+    if bad is not None:
+        path, value = bad
+        raise ConfigError(
+            "not a finite number: JSON has no NaN or Infinity",
+            key=path,
+            value=value,
+            hint="use a finite number (or a string) for this value",
+        )
+    try:
+        return json.dumps(doc, indent=2, sort_keys=False, default=str, allow_nan=False)
+    except ValueError as exc:  # a non-finite float reached through default=str's objects
+        raise ConfigError(f"cannot be written as strict JSON: {exc}", key="--json") from None
+
+
+def out_json(obj: Any, *, mask: bool = True) -> None:
+    """Write exactly one strict JSON document to stdout (secrets masked unless ``mask=False``)."""
+    text = json_text(obj, mask=mask)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def out_data(text: str) -> None:
+    """Write data that was vetted for secrets before it was quoted (shell export lines), unchanged."""
+    sys.stdout.write(printable(text))
+    if not text.endswith("\n"):
+        sys.stdout.write("\n")
     sys.stdout.flush()
 
 
 def out_text(text: str) -> None:
-    sys.stdout.write(mask_secrets(text))
+    sys.stdout.write(printable(mask_secrets(text)))
     if not text.endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
@@ -114,12 +318,12 @@ def out_text(text: str) -> None:
 
 def note(message: str) -> None:
     """A human message on stderr."""
-    sys.stderr.write(mask_secrets(message) + "\n")
+    sys.stderr.write(printable(mask_secrets(message)) + "\n")
     sys.stderr.flush()
 
 
 def warn(message: str) -> None:
-    line = "warning: " + mask_secrets(message)
+    line = "warning: " + printable(mask_secrets(message))
     if sys.stderr.isatty() and not os.environ.get(NO_COLOR):
         line = f"\x1b[33m{line}\x1b[0m"
     sys.stderr.write(line + "\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "glmlaunch"
 STAGES = ("config", "ledger", "hardware", "calibrate", "plan", "preflight", "launch", "cli")
-SHARED = {"glmlaunch", "glmlaunch.errors", "glmlaunch.output"}
+SHARED = {"glmlaunch", "glmlaunch.errors", "glmlaunch.files", "glmlaunch.output"}
 # What the shared modules may import from the stages: the registry's names and nothing else.
 SHARED_MAY_IMPORT = {"glmlaunch.config.registry", "glmlaunch.config.schema", "glmlaunch.config.units"}
 
@@ -126,3 +126,8 @@ def test_the_checks_themselves_catch_a_cycle_and_a_backward_import() -> None:
     assert STAGES.index(stage_of("glmlaunch.plan.render") or "") > STAGES.index(
         stage_of("glmlaunch.ledger") or ""
     )
+
+
+def test_files_imports_only_errors() -> None:
+    """glmlaunch.files is the writer every stage uses: it must not pull any stage in."""
+    assert import_graph()["glmlaunch.files"] <= {"glmlaunch.errors"}

@@ -38,3 +38,35 @@ def test_mask_secrets_in_text() -> None:
     masked = mask_secrets(text)
     assert "hf_inline_value" not in masked and "hf_registered_value" not in masked
     assert "turnkey:cudagraph" in masked
+
+
+def test_message_keys_are_not_mangled_but_values_are_masked() -> None:
+    from glmlaunch.config.diagnostics import Diagnostic
+
+    diag = Diagnostic("warning", "env.VLLM_FOO_TOKEN", "unknown VLLM_* variable", "planted-value-1")
+    line = mask_secrets(diag.one_line())
+    assert line.startswith("env.VLLM_FOO_TOKEN: unknown VLLM_* variable; got ****")
+    assert "planted-value-1" not in line
+    assert MASK in mask_secrets("GLMLAUNCH_ENV__VLLM_FOO_TOKEN=abcdef") and "abcdef" not in mask_secrets(
+        "GLMLAUNCH_ENV__VLLM_FOO_TOKEN=abcdef"
+    )
+
+
+def test_secret_flags_are_masked_in_text_and_lists() -> None:
+    text = 'vllm_args=["--api-key","sk-one-1234", "--hf-token=hf_two_5678"] and --api-key sk-three'
+    masked = mask_secrets(text)
+    assert not any(s in masked for s in ("sk-one-1234", "hf_two_5678", "sk-three"))
+    assert "--api-key" in masked and "vllm_args" in masked
+    assert mask_obj({"argv": ["--api-key", "sk-x", "--port", "8000"]}) == {
+        "argv": ["--api-key", MASK, "--port", "8000"]
+    }
+
+
+def test_non_finite_numbers_are_refused_with_the_key() -> None:
+    from glmlaunch.errors import ConfigError
+    from glmlaunch.output import json_text
+
+    with pytest.raises(ConfigError) as info:
+        json_text({"a": {"b": [1.0, float("nan")]}})
+    assert info.value.key == "a.b[1]" and int(info.value.exit_code) == 2
+    assert json_text({"x": "boot-\udcff.log"}) == '{\n  "x": "boot-\\\\xff.log"\n}'

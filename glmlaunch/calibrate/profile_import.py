@@ -36,6 +36,7 @@ from glmlaunch.config.registry import GLMLAUNCH_PROFILE_PATH, MANAGED_BY_NAME
 from glmlaunch.config.resolve import Resolved, resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
+from glmlaunch.files import check_writable_target, write_text
 from glmlaunch.output import is_secret_name, note
 
 _MISSING = object()
@@ -258,7 +259,9 @@ def _verify(text: str, log: Path, settings: Mapping[str, object], env: Mapping[s
 
 def run_import(log: Path, *, output: Path | None, base: str | None, force: bool) -> None:
     """Print the profile on stdout, or write it to ``output`` (an existing file only with ``force``)."""
-    if output is not None and output.exists() and not force:
+    if output is not None:
+        check_writable_target(output, key="--output")
+    if output is not None and os.path.lexists(output) and not force:
         raise ConfigError(
             "the output file exists", key="--output", value=str(output), hint="pass --force to overwrite it"
         )
@@ -271,12 +274,7 @@ def run_import(log: Path, *, output: Path | None, base: str | None, force: bool)
         sys.stdout.write(imported.text)
         sys.stdout.flush()
     else:
-        try:
-            output.write_text(imported.text, encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot write the profile: {exc.strerror}", key="--output", value=str(output)
-            ) from None
+        write_text(output, imported.text, key="--output")
         note(f"wrote {output}")
     note(
         f"extends {imported.base}: {len(imported.written)} setting(s) written, "

@@ -20,12 +20,24 @@ from glmlaunch.config.resolve import Resolved, resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.shells import SHELLS, ShellName, detect_shell, render_exports
 from glmlaunch.errors import ConfigError
-from glmlaunch.output import mask_obj, mask_secrets, note, out_json, out_text, warn
+from glmlaunch.files import write_text
+from glmlaunch.output import (
+    contains_secret,
+    mask_obj,
+    mask_secrets,
+    note,
+    out_data,
+    out_json,
+    out_text,
+    register_config_secrets,
+    warn,
+)
 
 
 def resolve(profile: str | None, overrides: Sequence[str]) -> Resolved:
     """Resolve and print the configuration's warnings on stderr."""
     resolved = resolve_config(profile, overrides)
+    register_config_secrets(resolved.config.env, resolved.config.vllm_args)
     for diag in resolved.warnings:
         warn(diag.one_line())
     return resolved
@@ -91,23 +103,30 @@ def exported_env(config: DeploymentConfig) -> dict[str, str]:
 
 def show_env(profile: str | None, overrides: Sequence[str], *, shell: str | None) -> None:
     resolved = resolve(profile, overrides)
+    shell_name = _shell_name(shell)
     env, withheld = split_secrets(exported_env(resolved.config))
     for name in withheld:
         note(f"{name} looks like a secret and is not printed; export it yourself")
+    # A value is exported exactly or not at all: masking inside a quoted value would change it (and could
+    # break the quoting), so a value that holds a known secret is withheld like a secret-named one.
+    for name in [n for n, v in env.items() if contains_secret(v)]:
+        del env[name]
+        note(f"{name} holds a secret value and is not printed; export it yourself")
     for name, value in env.items():
         before = os.environ.get(name)
         if before is not None and before != value:
             note(f"{name}: your environment has {before!r}; this output sets {value!r}")
-    out_text(render_exports(env, _shell_name(shell)).rstrip("\n") or "")
+    out_data(render_exports(env, shell_name).rstrip("\n") or "")
 
 
 def show_args(profile: str | None, overrides: Sequence[str], *, as_json: bool) -> None:
     resolved = resolve(profile, overrides)
     argv = full_argv(resolved.config)
+    # The argument vector itself, exactly (``--api-key X`` included): it is what `vllm serve` runs.
     if as_json:
-        out_json(argv)
+        out_json(argv, mask=False)
     else:
-        out_text("\n".join(argv))
+        out_data("\n".join(argv))
 
 
 def list_profiles(*, as_json: bool) -> None:
@@ -161,5 +180,5 @@ def profile_schema(output: Path | None) -> None:
     if output is None:
         out_text(text)
     else:
-        output.write_text(text, encoding="utf-8")
+        write_text(output, text, key="--output")
         note(f"wrote {output}")

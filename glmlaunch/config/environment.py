@@ -35,6 +35,8 @@ class Shadowed:
     origin: Literal["managed", "passthrough"]
 
     def message(self) -> str:
+        if is_secret_name(self.name):
+            return f"{self.name} from your environment is replaced (a secret: values not shown)"
         if self.origin == "managed":
             spec = MANAGED_BY_NAME[self.name]
             how = " / ".join(f"--set {s}=…" for s in spec.settings) or "the profile"

@@ -7,6 +7,7 @@ Hardware facts (NVML) are checked later, in :mod:`glmlaunch.hardware.checks`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Literal
@@ -216,8 +217,16 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
 
     for name in config.env:
         key = f"env.{name}"
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             add("error", key, "not a valid environment variable name", name)
+        elif "\0" in config.env[name]:
+            # No environment (execve) or shell can carry a NUL: the value would be cut at it silently.
+            add(
+                "error",
+                key,
+                "the value contains a NUL byte, which no environment variable can hold",
+                hint="remove the NUL (\\0) from the value",
+            )
         elif name in MANAGED_BY_NAME:
             spec = MANAGED_BY_NAME[name]
             if config.stack in spec.stacks:
@@ -243,6 +252,27 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                 "unknown VLLM_* variable (not one glmlaunch knows vLLM to read)",
                 config.env[name],
                 hint="check the spelling against vllm/envs.py",
+            )
+
+    for i, arg in enumerate(config.vllm_args):
+        if "\0" in arg:
+            # execve cannot pass a NUL inside an argument: vLLM would receive it cut short.
+            add(
+                "error",
+                f"vllm_args[{i}]",
+                "the argument contains a NUL byte, which no process argument can hold",
+                hint="remove the NUL (\\0) from the argument",
+            )
+    kwargs = config.server.default_chat_template_kwargs or {}
+    for name, value in kwargs.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            # vLLM reads the flag with Python's JSON, which accepts NaN; no JSON standard does.
+            add(
+                "error",
+                f"server.default_chat_template_kwargs.{name}",
+                "not a finite number (NaN or infinity): the flag's JSON would not be standard JSON",
+                value,
+                hint="use a finite number, a string or a boolean",
             )
 
     from glmlaunch.config.render_args import managed_flag_conflicts

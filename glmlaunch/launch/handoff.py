@@ -12,7 +12,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -20,7 +20,9 @@ from typing import Literal, NoReturn
 from glmlaunch.config.environment import LaunchEnvironment
 from glmlaunch.config.registry import GLMLAUNCH_VLLM_BIN, PATH
 from glmlaunch.errors import LaunchError
-from glmlaunch.output import MASK, is_secret_name, mask_secrets, note, register_secrets
+from glmlaunch.output import MASK, is_secret_name, mask_secrets, note
+from glmlaunch.output import mask_argv as mask_argv
+from glmlaunch.output import register_argv_secrets as register_argv_secrets
 
 DEFAULT_VLLM = "vllm"
 
@@ -91,43 +93,6 @@ def env_changes(launch_env: LaunchEnvironment, inherited: Mapping[str, str]) -> 
             kind = "unchanged" if before == entry.value else "replaced"
         out.append(EnvChange(entry.name, entry.value, before, kind, entry.origin, entry.settings))
     return tuple(out)
-
-
-def _secret_flag(arg: str) -> bool:
-    return arg.startswith("-") and is_secret_name(arg.split("=", 1)[0].lstrip("-"))
-
-
-def mask_argv(argv: Sequence[str]) -> list[str]:
-    """The argument vector for printing: values of secret-named flags (``--api-key X``) masked."""
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next and not arg.startswith("-"):
-            shown.append(MASK)
-            hide_next = False
-            continue
-        hide_next = False
-        if _secret_flag(arg):
-            if "=" in arg:
-                shown.append(arg.split("=", 1)[0] + "=" + MASK)
-            else:
-                shown.append(arg)
-                hide_next = True
-            continue
-        shown.append(mask_secrets(arg))
-    return shown
-
-
-def register_argv_secrets(argv: Sequence[str]) -> None:
-    """Remember secret flag values so a later message that quotes one is masked too."""
-    for i, arg in enumerate(argv):
-        if not _secret_flag(arg):
-            continue
-        flag, eq, value = arg.partition("=")
-        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            value = argv[i + 1]
-        if value:
-            register_secrets({flag.lstrip("-").upper().replace("-", "_"): value})
 
 
 @dataclass(frozen=True)

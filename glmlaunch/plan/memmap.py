@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from glmlaunch.config.units import format_size
+from glmlaunch.files import write_text
 from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.model import Entry, RankLedger
 
@@ -200,4 +201,4 @@ def svg(ranks: tuple[RankLedger, ...], budget: Budget, *, title: str) -> str:
 
 
 def write_svg(path: Path, ranks: tuple[RankLedger, ...], budget: Budget, *, title: str) -> None:
-    path.write_text(svg(ranks, budget, title=title), encoding="utf-8")
+    write_text(path, svg(ranks, budget, title=title), key="--svg")

@@ -86,9 +86,10 @@ def make_plan(
     library: str = "builtin",
 ) -> PlanResult:
     from glmlaunch.calibrate.apply import calibration_for
-    from glmlaunch.output import note, warn
+    from glmlaunch.output import note, register_config_secrets, warn
 
     resolved = resolve_config(profile, overrides)
+    register_config_secrets(resolved.config.env, resolved.config.vllm_args)
     use = calibration_for(resolved.config)
     for line in use.warnings:
         warn(line)

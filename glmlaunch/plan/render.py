@@ -18,7 +18,7 @@ from glmlaunch.output import note, out_console, out_json
 from glmlaunch.plan import memmap
 from glmlaunch.plan.audit import Audit
 from glmlaunch.plan.diff import Diff, diff_document
-from glmlaunch.plan.planner import PlanResult, find_entry, plan_document
+from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, plan_document
 
 _LIFETIME_TITLES = {
     "budget-term": "budget terms (W, KV)",
@@ -160,8 +160,21 @@ def render_plan(
         from glmlaunch.plan.planner import explain_terms
 
         lines = explain_terms(result, explain)
-        text = "\n".join(lines) if lines is not None else explain_text(find_entry(result, explain))
-        out_console.print(text, markup=False, highlight=False)
+        entry = find_entry(result, explain) if lines is None else None
+        text = "\n".join(lines) if lines is not None else explain_text(entry) if entry is not None else ""
+        if as_json:
+            out_json(
+                {
+                    "schema_version": 1,
+                    "profile": result.resolved.profile_name,
+                    "explain": explain,
+                    "kind": "entry" if entry is not None else "term",
+                    "entry": entry_doc(entry).model_dump(mode="json") if entry is not None else None,
+                    "lines": text.splitlines(),
+                }
+            )
+        else:
+            out_console.print(text, markup=False, highlight=False)
         return
     if ledger.library == "b12x":
         note(f"library: {ledger.constants_source}")
