@@ -257,7 +257,7 @@ def _size_option(name: str, value: str | None) -> int | None:
 def _upper_option(objective: str, value: str | None) -> int | float | None:
     if value is None:
         return None
-    if objective == "max-gmu":
+    if objective in ("max-gmu", "min-gmu"):
         try:
             return float(value)
         except ValueError:

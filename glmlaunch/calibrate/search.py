@@ -19,11 +19,18 @@ the smallest value where one request fits (GMU, pinned KV) or the smallest legal
 
 Lossless only: the search changes nothing but its knob; the DMA wire mode stays what the profile says, and
 a compressed mode without the profile's explicit opt-in is refused before searching.
+
+Bounded: a search never runs unbounded. It budgets at most :data:`MAX_EVALUATIONS` configurations and
+stops after :data:`TIME_LIMIT_S` seconds of wall time (both checked before every evaluation, and the time
+limit also up front, from how long the profile's own evaluation took). Hitting either is a
+:class:`SearchLimitError` (exit 2) that names the limit, how far the search got and the best feasible value
+found so far, which is then not proven the largest.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +40,7 @@ import yaml
 
 from glmlaunch.calibrate.apply import _with, model_calibration
 from glmlaunch.calibrate.model import TermModel
+from glmlaunch.config.limits import MAX_TOKENS
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ConfigError
@@ -50,6 +58,14 @@ OBJECTIVES: tuple[str, ...] = (
 # Objectives whose answer is the *lowest* value that works (the rest: the highest).
 LOWEST: frozenset[str] = frozenset({"min-gmu"})
 DEFAULT_TOKEN_STEP = 256
+#: At most this many configurations are budgeted by one search (a bisection over a 2**60 grid needs ~125).
+MAX_EVALUATIONS = 256
+#: A search stops after this many seconds of wall time (a real profile searches in well under a second).
+TIME_LIMIT_S = 4.0
+
+
+class SearchLimitError(ConfigError):
+    """The search hit :data:`MAX_EVALUATIONS` or :data:`TIME_LIMIT_S` before it could prove an answer."""
 
 
 @dataclass(frozen=True)
@@ -136,9 +152,11 @@ class Evaluator:
         required_margin: int,
         model: TermModel | None = None,
         version: str | None = None,
+        budget: _Limits | None = None,
     ) -> None:
         self.model = model
         self.version = version
+        self.limits = budget
         self.total_bytes = total_bytes
         self.used_by_others = used_by_others
         self.required_margin = required_margin
@@ -160,6 +178,8 @@ class Evaluator:
     def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
         if index in self.cache:
             return self.cache[index]
+        if self.limits is not None:
+            self.limits.before_evaluation()
         budgets = self._rank_budgets(config)
         kv = min(b.kv for _, b in budgets)
         need = max(b.request_bytes for _, b in budgets)
@@ -182,7 +202,63 @@ class Evaluator:
             index, value, config, checks, kv, need, self.required_margin, tuple(reasons), recommended
         )
         self.cache[index] = ev
+        if self.limits is not None:
+            self.limits.after_evaluation(ev)
         return ev
+
+
+class _Limits:
+    """Counts evaluations and wall time for one search; raises :class:`SearchLimitError` at a limit."""
+
+    def __init__(self, knob: Knob, *, max_evaluations: int, time_limit_s: float) -> None:
+        self.knob = knob
+        self.max_evaluations = max_evaluations
+        self.time_limit_s = time_limit_s
+        self.started = time.monotonic()
+        self.count = 0
+        self.best: int | float | None = None  # the best feasible value seen so far (not proven)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def after_evaluation(self, ev: Evaluation) -> None:
+        if not ev.feasible or ev.index < 0 or ev.value is None:
+            return
+        lowest = self.knob.objective in LOWEST
+        if self.best is None or (ev.value < self.best if lowest else ev.value > self.best):
+            self.best = ev.value
+
+    def _best_so_far(self) -> str:
+        if self.best is None:
+            return "no feasible value found so far"
+        return f"best feasible value so far: {self.knob.show(self.best)} (not proven the best)"
+
+    def before_evaluation(self) -> None:
+        if self.count >= self.max_evaluations:
+            limit = f"limit MAX_EVALUATIONS={self.max_evaluations}"
+            self.stop(f"stopped after {self.count} evaluations ({limit})")
+        if self.elapsed() > self.time_limit_s:
+            self.stop(
+                f"stopped after {self.elapsed():.1f} s and {self.count} evaluations "
+                f"(wall-time limit TIME_LIMIT_S={self.time_limit_s:g} s)"
+            )
+        self.count += 1
+
+    def check_forecast(self, per_evaluation_s: float, needed: int) -> None:
+        """Stop before searching when the evaluations the bisection needs cannot finish in time."""
+        if per_evaluation_s * needed > self.time_limit_s:
+            self.stop(
+                f"would need about {needed} evaluations of {per_evaluation_s:.2f} s each, over the wall-time "
+                f"limit TIME_LIMIT_S={self.time_limit_s:g} s"
+            )
+
+    def stop(self, why: str) -> None:
+        raise SearchLimitError(
+            f"calibrate search {why}; {self._best_so_far()}",
+            key=self.knob.key,
+            hint="narrow the range with --max (or a larger --step), or simplify the profile "
+            "(a long cudagraph capture list makes every evaluation slow)",
+        )
 
 
 def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
@@ -218,7 +294,7 @@ def knob_for(objective: str, *, step: int | None) -> Knob:
     if objective not in OBJECTIVES:
         raise ConfigError("unknown objective", key="--objective", value=objective, allowed=OBJECTIVES)
     if objective == "max-batched-tokens":
-        s = step or DEFAULT_TOKEN_STEP
+        s = DEFAULT_TOKEN_STEP if step is None else step
         if s < 1:
             raise ConfigError("the step must be at least 1", key="--step", value=step)
         return Knob("max-batched-tokens", "scheduler.max_num_batched_tokens", s)
@@ -245,8 +321,14 @@ def search(
     upper: int | float | None = None,
     model: TermModel | None = None,
     version: str | None = None,
+    max_evaluations: int = MAX_EVALUATIONS,
+    time_limit_s: float = TIME_LIMIT_S,
 ) -> SearchResult:
-    """Bisection for the largest feasible value of the objective's knob (pure, apart from the ledger)."""
+    """Bisection for the largest feasible value of the objective's knob (pure, apart from the ledger).
+
+    Bounded by ``max_evaluations`` budgeted configurations and ``time_limit_s`` seconds of wall time;
+    :class:`SearchLimitError` when either is reached first.
+    """
     if config.comm.compressed_wire and not config.comm.allow_compressed_wire:
         raise ConfigError(
             "the profile uses a compressed DMA wire without opting in; calibration is lossless only",
@@ -255,6 +337,7 @@ def search(
             hint="set comm.dma_wire_mode: '0' (bf16), or comm.allow_compressed_wire: true to opt in",
         )
     knob = knob_for(objective, step=step)
+    limits = _Limits(knob, max_evaluations=max_evaluations, time_limit_s=time_limit_s)
     profile_config = config
     if min_margin is not None:
         config = _with(config, "memory.min_margin", min_margin)
@@ -269,6 +352,7 @@ def search(
             required_margin=required,
             model=model,
             version=version,
+            budget=limits,
         )
 
     ev = evaluator()
@@ -284,10 +368,11 @@ def search(
 
     original = evaluator()
     current_value = _current(config, knob)
+    lo, hi = _range(config, knob, total_bytes=_total(total_bytes, config), upper=upper)
     base = original.evaluate(-1, config, current_value)
     notes = list(original.notes)
-
-    lo, hi = _range(config, knob, base, total_bytes=_total(total_bytes, config), upper=upper)
+    # Two bisections over [lo, hi] and the proof's neighbour: stop now if they cannot finish in time.
+    limits.check_forecast(limits.elapsed(), 2 * max(1, (hi - lo + 1).bit_length()) + 3)
     if knob.objective in LOWEST:
         # The lowest GMU vLLM accepts: one request fitting is monotone in GMU; the start gate then decides
         # whether vLLM boots at all. The neighbour that proves it is the next step *down*.
@@ -343,8 +428,10 @@ def _total(total_bytes: int | None, config: DeploymentConfig) -> int:
 
 
 def _range(
-    config: DeploymentConfig, knob: Knob, base: Evaluation, *, total_bytes: int, upper: int | float | None
+    config: DeploymentConfig, knob: Knob, *, total_bytes: int, upper: int | float | None
 ) -> tuple[int, int]:
+    if upper is not None and not (isinstance(upper, int) or math.isfinite(upper)):
+        raise ConfigError("the upper end must be a finite number", key="--max", value=upper)
     if knob.objective == "max-batched-tokens":
         if not config.scheduler.enable_chunked_prefill:
             raise ConfigError(
@@ -355,7 +442,7 @@ def _range(
         # vLLM needs room for every sequence's decode step (1 + MTP tokens) in one batch
         floor = max(knob.step, config.scheduler.max_num_seqs * config.decode_step)
         lo = -(-floor // knob.step)
-        top = int(upper) if upper is not None else config.scheduler.max_model_len
+        top = min(int(upper), MAX_TOKENS) if upper is not None else config.scheduler.max_model_len
         hi = top // knob.step
     elif knob.objective == "max-prefill-capacity":
         if not config.is_exl3:
@@ -367,7 +454,7 @@ def _range(
             )
         lo = 1
         # the scheduler never sends more than max_num_batched_tokens to one prefill
-        top = int(upper) if upper is not None else config.scheduler.max_num_batched_tokens
+        top = min(int(upper), MAX_TOKENS) if upper is not None else config.scheduler.max_num_batched_tokens
         hi = top // knob.step
     elif knob.objective == "max-kv-bytes":
         lo = 1
@@ -446,10 +533,9 @@ def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
 
 
 def write_overlay(path: Path, text: str) -> None:
-    from glmlaunch.calibrate.store import _atomic_write
+    from glmlaunch.files import write_text
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, text)
+    write_text(path, text, key="--output", make_parents=True)
 
 
 def evaluation_document(ev: Evaluation | None, knob: Knob) -> dict[str, Any] | None:

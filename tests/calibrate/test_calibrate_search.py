@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,7 @@ def feasible_independently(config: DeploymentConfig, model: TermModel) -> bool:
 
 
 def run(cfg: DeploymentConfig, objective: str, model: TermModel, **kw: object) -> SearchResult:
-    return search(
-        cfg, objective, model=model, version=cfg.vllm_version, calibration_message="m", **kw
-    )  # type: ignore[arg-type]
+    return search(cfg, objective, model=model, version=cfg.vllm_version, calibration_message="m", **kw)  # type: ignore[arg-type]
 
 
 def test_max_batched_tokens_is_the_largest_feasible_value(
@@ -242,3 +241,110 @@ def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_pat
     assert impossible.returncode == 4, impossible.stderr
     assert "no value of memory.gpu_memory_utilization" in impossible.stderr
     assert "Traceback" not in impossible.stderr
+
+
+# --- bounded: a search never runs unbounded (issue 13, item 16) -----------------------------------
+
+
+def test_search_stops_at_the_evaluation_limit_with_the_best_value_so_far() -> None:
+    from glmlaunch.calibrate.search import SearchLimitError
+
+    with pytest.raises(SearchLimitError) as caught:
+        search(r12(), "max-batched-tokens", calibration_message="m", upper=8192, max_evaluations=4)
+    line = caught.value.one_line()
+    assert "MAX_EVALUATIONS=4" in line and "stopped after 4 evaluations" in line
+    assert "best feasible value so far: " in line and "not proven" in line
+    assert caught.value.exit_code == 2 and caught.value.key == "scheduler.max_num_batched_tokens"
+
+
+def test_search_stops_at_the_wall_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import glmlaunch.calibrate.search as search_mod
+
+    readings = iter([0.0] * 6)  # the clock stands still for the first evaluations, then an hour passes
+
+    monkeypatch.setattr(search_mod.time, "monotonic", lambda: next(readings, 3600.0))
+    with pytest.raises(search_mod.SearchLimitError) as caught:
+        search(r12(), "max-gmu", calibration_message="m", time_limit_s=30.0)
+    line = caught.value.one_line()
+    assert "stopped after 3600.0 s and " in line and "(wall-time limit TIME_LIMIT_S=30 s)" in line
+    assert "so far" in line
+
+
+def test_search_refuses_up_front_when_slow_evaluations_cannot_finish_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The issue's case: a fuzzed profile whose every evaluation is slow ran past 20 s. Now it stops after
+    # the first evaluation, forecasting the bisection's cost, and names the limit.
+    import time as real_time
+
+    import glmlaunch.calibrate.search as search_mod
+
+    original = search_mod.Evaluator._rank_budgets
+
+    def slow(self: search_mod.Evaluator, config: DeploymentConfig) -> object:
+        real_time.sleep(0.2)
+        return original(self, config)
+
+    monkeypatch.setattr(search_mod.Evaluator, "_rank_budgets", slow)
+    started = real_time.monotonic()
+    with pytest.raises(search_mod.SearchLimitError, match="over the wall-time limit TIME_LIMIT_S=1 s"):
+        search(r12(), "max-kv-bytes", calibration_message="m", time_limit_s=1.0)
+    assert real_time.monotonic() - started < 1.0
+
+
+def test_a_huge_range_stays_within_the_evaluation_limit() -> None:
+    from glmlaunch.calibrate.search import MAX_EVALUATIONS
+
+    result = search(r12(), "max-batched-tokens", calibration_message="m", step=1, upper=2**62)
+    assert len(result.steps) <= MAX_EVALUATIONS
+    assert result.best is not None and result.next_up is not None and not result.next_up.feasible
+
+
+@pytest.mark.parametrize("upper", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_upper_end_is_a_configuration_error(upper: float) -> None:
+    with pytest.raises(ConfigError, match="finite"):
+        search(r12(), "max-gmu", calibration_message="m", upper=upper)
+
+
+def test_step_zero_is_refused_not_silently_replaced() -> None:
+    with pytest.raises(ConfigError, match="at least 1"):
+        search(r12(), "max-batched-tokens", calibration_message="m", step=0)
+
+
+@pytest.mark.parametrize(
+    ("objective", "upper"),
+    [("max-gmu", "inf"), ("max-gmu", "nan"), ("min-gmu", "-inf"), ("max-batched-tokens", "1e9")],
+)
+def test_cli_bad_upper_end_exits_2_in_one_line(objective: str, upper: str, clean_env: dict[str, str]) -> None:
+    res = run_cli(
+        "calibrate",
+        "search",
+        "-p",
+        "r12-exl3",
+        "--objective",
+        objective,
+        "--max",
+        upper,
+        "--no-write",
+        env=clean_env,
+    )
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "error: --max" in res.stderr
+
+
+def test_cli_min_gmu_takes_a_fractional_upper_end(clean_env: dict[str, str]) -> None:
+    res = run_cli(
+        "calibrate",
+        "search",
+        "-p",
+        "r12-exl3",
+        "--objective",
+        "min-gmu",
+        "--max",
+        "0.99",
+        "--no-write",
+        "--json",
+        env=clean_env,
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["range_end"] == pytest.approx(0.99)
