@@ -74,6 +74,13 @@ def _leaves(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, An
             yield dotted, value
 
 
+# Two spellings of one setting: a layer that sets one replaces what a lower layer set with the other.
+_EXCLUSIVE: dict[str, str] = {
+    "cudagraph.capture_sizes": "capture_rule",
+    "cudagraph.capture_rule": "capture_sizes",
+}
+
+
 def _merge(
     base: dict[str, Any],
     layer: Mapping[str, Any],
@@ -84,6 +91,11 @@ def _merge(
     """Deep-merge ``layer`` into ``base``; mappings merge key by key, anything else replaces."""
     for key, value in layer.items():
         dotted = f"{prefix}{key}"
+        other = _EXCLUSIVE.get(dotted)
+        if other is not None and value is not None and other not in layer and base.get(other) is not None:
+            _forget(provenance, prefix + other, base[other])
+            base[other] = None
+            provenance[prefix + other] = source_for(dotted)
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
             _merge(base[key], value, provenance, source_for, dotted + ".")
             continue

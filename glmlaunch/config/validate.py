@@ -175,10 +175,24 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                 add(
                     "warning",
                     cap_key,
-                    f"on the EXL3 path capture sizes should be multiples of MTP+1 = {config.decode_step}",
-                    off,
-                    hint=f"use cudagraph.capture_rule with max: {window}",
+                    f"on the EXL3 path capture sizes should be multiples of MTP+1 = {config.decode_step} "
+                    f"({len(off)} of {len(sizes)} are not)",
+                    sizes,
+                    hint=f"--set cudagraph.capture_rule.max={window} (sizes {config.decode_step}, "
+                    f"{2 * config.decode_step}, … {window}; it replaces a capture_sizes list)",
                 )
+        beyond = [s for s in sizes if s > window]
+        if beyond:
+            # A decode step never holds more than max_num_seqs x (1 + MTP) tokens: these graphs are only
+            # memory (the audit's capture-beyond-decode-window finding prices them).
+            add(
+                "warning",
+                cap_key,
+                f"capture sizes above max_num_seqs x (1 + MTP) = {window} never serve a decode step "
+                f"({len(beyond)} of {len(sizes)}): they only cost graph memory",
+                sizes,
+                hint=f"--set cudagraph.capture_rule.max={window}",
+            )
     if config.exl3_trellis_max_m is not None and config.exl3_trellis_max_m < window:
         add(
             "warning",

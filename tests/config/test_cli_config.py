@@ -17,8 +17,9 @@ def test_config_json_with_sources(clean_env: dict[str, str]) -> None:
     assert doc["sources"]["scheduler.max_num_seqs"] == "cli --set scheduler.max_num_seqs"
     assert doc["sources"]["parallel.dcp"] == "profile turnkey:parallel.dcp"
     assert doc["sources"]["comm.single_channel"] == "profile r12-exl3:comm.single_channel"
-    assert doc["derived"]["capture_sizes"][-1] == 64
-    assert "multiples of MTP+1" in res.stderr  # warnings go to stderr, not into the JSON stream
+    assert doc["derived"]["capture_sizes"][-1] == 48
+    # 4 sequences x 6: graphs above 24 only cost memory; the warning goes to stderr, not into the JSON
+    assert "never serve a decode step" in res.stderr
 
 
 def test_config_table_on_stdout(clean_env: dict[str, str]) -> None:

@@ -20,10 +20,13 @@ def test_r12_preset_argv_matches_the_old_chain_exactly() -> None:
     assert argv("r12-exl3") == expected
 
 
-def test_gate_differs_only_by_kv_dtype_and_seqs() -> None:
+def test_gate_differs_only_by_kv_dtype_seqs_and_its_decode_window() -> None:
     base, gate = argv("r12-exl3"), argv("gate")
     diff = [(a, b) for a, b in zip(base, gate, strict=True) if a != b]
-    assert diff == [("nvfp4_ds_mla", "fp8"), ("8", "1")]
+    assert [d for d in diff if not d[0].startswith("{")] == [("nvfp4_ds_mla", "fp8"), ("8", "1")]
+    # one sequence x (1 + MTP 3): graphs up to 4 tokens, not 32
+    (comp,) = [json.loads(b) for a, b in diff if a.startswith("{")]
+    assert comp["cudagraph_capture_sizes"] == [4]
 
 
 def test_turnkey_argv() -> None:
@@ -31,7 +34,7 @@ def test_turnkey_argv() -> None:
     assert a[a.index("--decode-context-parallel-size") + 1] == "2"
     assert a[a.index("--gpu-memory-utilization") + 1] == "0.957"
     comp = json.loads(a[a.index("--compilation-config") + 1])
-    assert comp["cudagraph_capture_sizes"] == list(range(4, 65, 4))
+    assert comp["cudagraph_capture_sizes"] == list(range(6, 49, 6))  # MTP+1 = 6 up to 8 x 6
     spec = json.loads(a[a.index("--speculative-config") + 1])
     assert spec == {
         "model": "brandonmusic/GLM-5.2-EXL3-TR3-3.0bpw",

@@ -86,11 +86,22 @@ def test_nested_merge_keeps_siblings(tmp_path: Path) -> None:
     assert [p.name for p in r.profile_chain] == ["r12-exl3", "child", "grandchild"]
 
 
-def test_null_replaces_a_section_and_drops_its_provenance() -> None:
-    r = resolve_config("turnkey", environ={})
+def test_null_replaces_a_section_and_drops_its_provenance(tmp_path: Path) -> None:
+    text = "extends: r12-exl3\ncudagraph:\n  capture_rule: null\n  capture_sizes: [4, 8]\n"
+    write(tmp_path / "sizes.yaml", text)
+    r = resolve_config(str(tmp_path / "sizes.yaml"), ["scheduler.max_num_seqs=2"], environ={})
     assert r.config.cudagraph.capture_rule is None
     assert not any(k.startswith("cudagraph.capture_rule.") for k in r.provenance)
-    assert r.config.capture_sizes() == list(range(4, 65, 4))
+    assert r.config.capture_sizes() == [4, 8]
+
+
+def test_one_spelling_of_the_capture_sizes_replaces_the_other() -> None:
+    # turnkey writes a rule; a list given later wins and the inherited rule is dropped (and vice versa)
+    r = resolve_config("turnkey", ["cudagraph.capture_sizes=[6,12,48]"], environ={})
+    assert r.config.cudagraph.capture_rule is None and r.config.capture_sizes() == [6, 12, 48]
+    assert r.provenance["cudagraph.capture_rule"].kind == "cli"
+    back = resolve_config("turnkey", ["cudagraph.capture_sizes=[6,48]", "cudagraph.capture_rule.max=54"])
+    assert back.config.cudagraph.capture_sizes is None and back.config.capture_sizes()[-1] == 54
 
 
 def test_user_profile_dir_and_env_dict_case(tmp_path: Path) -> None:
@@ -179,9 +190,25 @@ def test_capture_window() -> None:
 
 
 def test_exl3_capture_multiple_warning() -> None:
-    r = resolve_config("turnkey", environ={})
-    assert any("multiples of MTP+1 = 6" in w.message for w in r.warnings)
-    assert not resolve_config("r12-exl3", environ={}).warnings
+    r = resolve_config("turnkey", ["cudagraph.capture_sizes=[4,8,12,48]"], environ={})
+    (w,) = [w for w in r.warnings if "multiples of MTP+1 = 6" in w.message]
+    assert w.value == [4, 8, 12, 48]  # the configured list, not the offending subset
+    assert "(2 of 4 are not)" in w.message and "cudagraph.capture_rule.max=48" in (w.hint or "")
+    # following the hint works and is quiet
+    hinted = ["cudagraph.capture_sizes=[4,8,12,48]", "cudagraph.capture_rule.max=48"]
+    fixed = resolve_config("turnkey", hinted)
+    assert not fixed.warnings
+
+
+def test_capture_sizes_beyond_the_decode_window_warn() -> None:
+    r = resolve_config("gate", ["cudagraph.capture_rule.max=32"], environ={})
+    (w,) = [w for w in r.warnings if "never serve a decode step" in w.message]
+    assert "(7 of 8)" in w.message and "cudagraph.capture_rule.max=4" in (w.hint or "")
+
+
+@pytest.mark.parametrize("name", ["r12-exl3", "gate", "turnkey"])
+def test_shipped_profiles_do_not_warn_about_themselves(name: str) -> None:
+    assert resolve_config(name, environ={}).warnings == ()
 
 
 def test_compressed_wire_needs_opt_in() -> None:

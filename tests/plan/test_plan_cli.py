@@ -165,12 +165,8 @@ def test_audit_turnkey_findings_and_totals(clean_env: dict[str, str]) -> None:
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     found = {f["id"]: f for f in doc["findings"]}
-    assert set(found) == {
-        "oneshot-rank-data",
-        "v1-leaked-profiling-channel",
-        "capture-beyond-decode-window",
-        "fp32-tile-logits",
-    }
+    # the shipped turnkey captures multiples of 6 up to its decode window (48): nothing beyond it
+    assert set(found) == {"oneshot-rank-data", "v1-leaked-profiling-channel", "fp32-tile-logits"}
     # eager + production rank_data: 2 x (8 MiB - 1 MiB); the leaked one is counted under the leak
     assert found["oneshot-rank-data"]["recoverable_bytes_per_rank"] == 2 * 7 * MIB
     config = resolve_config("turnkey").config
@@ -180,14 +176,17 @@ def test_audit_turnkey_findings_and_totals(clean_env: dict[str, str]) -> None:
         e.total_requested for e in leaked
     )
     assert found["fp32-tile-logits"]["recoverable_bytes_per_rank"] == 192 * MIB
+    # the launcher's turnkey captured [4, 8, ..., 64]: sizes above 8 x 6 = 48 are priced by the finding
     from glmlaunch.calibrate.apply import calibration_for
 
-    cal = calibration_for(config).calibration  # the rig defaults (the test's cache directory is empty)
-    pool = next(e for e in build_ledger(config, calibration=cal).rank0.entries if e.name == "cudagraph.pool")
-    # sizes above the 6-token decode window: the pool shrinks to the largest kept size (48 of 64)
-    assert found["capture-beyond-decode-window"]["recoverable_bytes_per_rank"] == (
-        pool.device_bytes - pool.device_bytes * 48 // 64
-    )
+    launcher_sizes = "[" + ",".join(str(s) for s in range(4, 65, 4)) + "]"
+    old = resolve_config("turnkey", [f"cudagraph.capture_sizes={launcher_sizes}"])
+    cal = calibration_for(old.config).calibration
+    led_old = build_ledger(old.config, calibration=cal)
+    pool = next(e for e in led_old.rank0.entries if e.name == "cudagraph.pool")
+    wide = {f.id: f for f in audit_ledger(old.config, led_old).findings}
+    kept = pool.device_bytes * 48 // 64
+    assert wide["capture-beyond-decode-window"].recoverable_bytes == pool.device_bytes - kept
     assert doc["total_recoverable_bytes_per_rank"] == sum(
         f["recoverable_bytes_per_rank"] for f in doc["findings"]
     )
@@ -203,7 +202,10 @@ def test_audit_gate_lane1_and_capture_window() -> None:
     found = {f.id: f for f in audit_ledger(config, build_ledger(config)).findings}
     assert found["indexer-lane1-duplicate"].recoverable_bytes == 557_999_104
     assert "v1-leaked-profiling-channel" not in found
-    # max_num_seqs 1 x (1 + 3) = 4: sizes 8..32 are beyond the decode window
+    assert "capture-beyond-decode-window" not in found  # the shipped gate captures up to its window, 4
+    # the launcher's gate captured [4..32]: with max_num_seqs 1 x (1 + 3) = 4, sizes 8..32 are waste
+    wide = resolve_config("gate", ["cudagraph.capture_rule.max=32"]).config
+    found = {f.id: f for f in audit_ledger(wide, build_ledger(wide)).findings}
     assert found["capture-beyond-decode-window"].recoverable_bytes == 512 * MIB - 512 * MIB * 4 // 32
 
 
