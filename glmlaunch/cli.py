@@ -6,6 +6,7 @@ module when it runs, so `glmlaunch env` does not pay for the ledger, NVML or tor
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -18,7 +19,7 @@ from glmlaunch.output import debug_enabled, mask_secrets, printable, reset_secre
 app = typer.Typer(
     name="glmlaunch",
     help="Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels.",
-    no_args_is_help=True,
+    invoke_without_command=True,
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode=None,
@@ -37,11 +38,16 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
     ] = False,
 ) -> None:
     """Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels."""
+    if ctx.invoked_subcommand is None:
+        # bare `glmlaunch`: the help is the answer, not a usage error
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
 
 ProfileOpt = Annotated[
     str | None,
@@ -424,8 +430,10 @@ def main() -> None:
         sys.stderr.write("interrupted\n")
         raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     except BrokenPipeError:
-        # `glmlaunch plan --json | head` closes the pipe early; that is not an error.
-        sys.stderr.close()
+        # `glmlaunch plan --json | head` closes the pipe early; that is not an error. Point stdout at
+        # /dev/null so the interpreter's final flush cannot fail again (Python's documented recipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(0) from None
 
 

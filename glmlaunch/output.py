@@ -44,7 +44,14 @@ def __getattr__(name: str) -> Console:
     if name not in ("err_console", "out_console"):
         raise AttributeError(name)
     if name not in _CONSOLES:
-        from rich.console import Console
+        from rich.console import Console as _RichConsole
+
+        class Console(_RichConsole):
+            def on_broken_pipe(self) -> None:
+                # rich exits 1 here; a reader that stops early (`| head`) is not an error: let main() see
+                # the BrokenPipeError and end quietly with 0, as `git log | head` does.
+                self.quiet = True
+                raise BrokenPipeError
 
         if name == "err_console":
             _CONSOLES[name] = Console(

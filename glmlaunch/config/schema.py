@@ -254,7 +254,10 @@ class CommSection(_Section):
     @field_validator("dma_min_bytes", mode="before")
     @classmethod
     def _off(cls, value: object) -> object:
-        if value is None or (isinstance(value, str) and value.strip().lower() in {"off", "none", "null"}):
+        # YAML 1.1 reads a bare `off` as false: that is the same request as the quoted "off"
+        if value is None or value is False:
+            return None
+        if isinstance(value, str) and value.strip().lower() in {"off", "none", "null"}:
             return None
         return value
 

@@ -41,6 +41,11 @@ class PlanResult:
 def parse_gpu_memory(value: str | None) -> int | None:
     if value is None:
         return None
+    if value.strip().replace(".", "", 1).isdigit():
+        # `--gpu-memory 96` meant 96 GiB, never 96 bytes: a device total needs its unit
+        raise ConfigError(
+            "a device total needs a unit", key="--gpu-memory", value=value, hint=f"e.g. {value.strip()}GiB"
+        )
     try:
         return parse_size(value)
     except ValueError as exc:
