@@ -31,9 +31,11 @@ import yaml
 from pydantic import BaseModel
 
 from glmlaunch.calibrate.bootconfig import BootConfig, map_boot, parse_boot_config
+from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
 from glmlaunch.config.profiles import PROFILE_SUFFIXES, list_profiles
 from glmlaunch.config.registry import GLMLAUNCH_PROFILE_PATH, MANAGED_BY_NAME
 from glmlaunch.config.resolve import Resolved, resolve_config
+from glmlaunch.config.safeload import read_file
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.files import check_writable_target, write_text
@@ -127,20 +129,10 @@ def _differences(resolved: Resolved, settings: Mapping[str, object]) -> dict[str
     return {k: v for k, v in settings.items() if not _same(lookup(dumped, k), v)}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def read_boot_config(log: Path) -> BootConfig:
-    try:
-        raw = log.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the log: {exc.strerror}",
-            key="LOG",
-            value=str(log),
-            hint="pass a vLLM boot log file",
-        ) from None
+def read_boot_config(log: Path) -> tuple[BootConfig, str]:
+    """The configuration a log booted, and the log's sha256; read once, like ``calibrate ingest`` reads it
+    (a regular file under the boot-log size cap: a FIFO or a device is refused, never read)."""
+    raw = read_file(log, limit=MAX_BOOT_LOG_BYTES, key="LOG", what="log")
     bc = parse_boot_config(raw.decode("utf-8", "surrogateescape"))
     if bc.vllm_args is None:
         raise ConfigError(
@@ -150,7 +142,7 @@ def read_boot_config(log: Path) -> BootConfig:
             value=str(log),
             hint="import the whole server log of one boot (the API server prints its args at start)",
         )
-    return bc
+    return bc, hashlib.sha256(raw).hexdigest()
 
 
 def build_profile(
@@ -158,7 +150,7 @@ def build_profile(
 ) -> ImportedProfile:
     """The profile that reproduces the boot in ``log``; verified by resolving it before it is returned."""
     env = _profile_env(os.environ if environ is None else environ)
-    bc = read_boot_config(log)
+    bc, sha256 = read_boot_config(log)
     mapped = map_boot(bc)
     settings = {k: v for k, v in mapped.settings.items() if has_setting(k)}
     held_back = {k: v for k, v in mapped.settings.items() if not has_setting(k)}
@@ -187,7 +179,7 @@ def build_profile(
         raise ConfigError("no profile to extend", key="--base", hint="pass --base NAME")
     _, base_name, written, _ = best
 
-    text = _render(log, bc, base_name, written, passthrough, held_back, skipped, distances)
+    text = _render(log, sha256, bc, base_name, written, passthrough, held_back, skipped, distances)
     _verify(text, log, settings, env)
     return ImportedProfile(
         text=text,
@@ -204,6 +196,7 @@ def build_profile(
 
 def _render(
     log: Path,
+    sha256: str,
     bc: BootConfig,
     base: str,
     written: Mapping[str, object],
@@ -215,7 +208,7 @@ def _render(
     header = [
         "# Imported by `glmlaunch profiles import` from a vLLM boot log.",
         f"# log: {log.name}",
-        f"# sha256: {_sha256(log)}",
+        f"# sha256: {sha256}",
         f"# vLLM version: {bc.vllm_version or 'unknown'}",
         f"# base: {base} ("
         + ", ".join(f"{name}: {n} setting{'s' if n != 1 else ''} differ" for name, n in distances.items())
