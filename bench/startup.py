@@ -1,74 +1,199 @@
-"""Wall time of the light commands in a fresh interpreter, next to `python -c "import torch"`.
+"""Wall time of the light commands in a fresh process, next to the bash launcher chain they replace.
 
-Usage: .venv/bin/python bench/startup.py [--runs N]
-Each command runs N times as a new process (so every run pays interpreter start and imports);
-the table gives min / median / max in milliseconds after one untimed warm-up run. Target: light
-commands under 300 ms. The machine's timing noise is large (a shared 2-vCPU VM), so min is the figure
-to compare across changes.
+Usage: .venv/bin/python bench/startup.py [--runs N] [--bash-chain DIR] [--torch] [--json]
+
+Each command runs N times as a new process (so every run pays interpreter start and imports), after one
+untimed warm-up run each. Runs are interleaved (round r runs every command once), so a load change on a
+shared machine shifts every command alike; the table gives min / median / max in milliseconds.
+
+Targets (issue 11, "Start-up"): `glmlaunch env` and `glmlaunch args` at most 10x the old chain's full
+``DRY_RUN=1`` (medians, same run), `glmlaunch plan` at most 200 ms (median).
+
+The old chain is ``serve-gilded-gnosis.sh -> serve-glm52-v19.sh -> serve-glm52-v16.sh`` from
+local-inference-lab/blackwell-llm-docker, ``launchers/`` at commit 513bd84 (the chain the r12-exl3
+profile was taken from). It is not part of this repository; give its ``launchers/`` directory with
+``--bash-chain`` (or ``GLMLAUNCH_BENCH_BASH_CHAIN``)::
+
+    git clone https://github.com/local-inference-lab/blackwell-llm-docker
+    git -C blackwell-llm-docker checkout 513bd84
+    .venv/bin/python bench/startup.py --bash-chain blackwell-llm-docker/launchers
+
+The scripts exec each other by their path in the image (v19 ends in ``exec
+/usr/local/bin/serve-glm52-v16.sh``; gnosis takes ``GLM52_SERVER``), so the benchmark copies them to a
+temporary directory and points that one path at the copy; nothing else is changed. It then runs
+``MODEL_FAMILY=glm52-exl3 DRY_RUN=1 serve-gilded-gnosis.sh`` (the r12 EXL3 preset; GPU-free: the
+dry run skips the calibrator, and nvidia-smi is not needed) and checks that the argv it prints is the one
+``glmlaunch args -p r12-exl3`` prints, so both sides do the same job.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+GLMLAUNCH = str(BIN / "glmlaunch")
+CHAIN_COMMIT = "513bd84"
+CHAIN_ENTRY = "serve-gilded-gnosis.sh"
+CHAIN_FILES = (
+    CHAIN_ENTRY,
+    "serve-glm52-v19.sh",
+    "serve-glm52-v16.sh",
+    "glm52-dcp-prefill-policy.sh",
+    "glm52-pcie-runtime-env.sh",
+)
+CHAIN_LABEL = "bash chain: MODEL_FAMILY=glm52-exl3 DRY_RUN=1 serve-gilded-gnosis.sh"
+RATIO_TARGETS = {"env": 10.0, "args": 10.0}
+PLAN_TARGET_MS = 200.0
+
 COMMANDS: dict[str, list[str]] = {
-    "glmlaunch config -p turnkey --json": [str(BIN / "glmlaunch"), "config", "-p", "turnkey", "--json"],
-    "glmlaunch env -p turnkey --shell bash": [
-        str(BIN / "glmlaunch"),
-        "env",
-        "-p",
-        "turnkey",
-        "--shell",
-        "bash",
-    ],
-    "glmlaunch args -p turnkey": [str(BIN / "glmlaunch"), "args", "-p", "turnkey"],
-    "glmlaunch profiles list": [str(BIN / "glmlaunch"), "profiles", "list"],
-    'python -c "import torch"': [sys.executable, "-c", "import torch"],
+    "env": [GLMLAUNCH, "env", "-p", "turnkey", "--shell", "bash"],
+    "args": [GLMLAUNCH, "args", "-p", "turnkey"],
+    "config": [GLMLAUNCH, "config", "-p", "turnkey", "--json"],
+    "plan": [GLMLAUNCH, "plan", "-p", "turnkey"],
+    "profiles": [GLMLAUNCH, "profiles", "list"],
 }
 
 
-def measure(argv: list[str], runs: int) -> list[float]:
-    # A user's install keeps bytecode caches; this sandbox exports PYTHONDONTWRITEBYTECODE=1, which
-    # would charge compiling glmlaunch's sources to every run.
+def _environ(home: Path) -> dict[str, str]:
+    # A user's install keeps bytecode caches; this sandbox exports PYTHONDONTWRITEBYTECODE=1, which would
+    # charge compiling glmlaunch's sources to every run. HOME and the cache point at an empty directory,
+    # so no calibration record of this machine changes what `plan` reads.
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("GLMLAUNCH_", "VLLM_")) and k != "PYTHONDONTWRITEBYTECODE"
+        if not k.startswith(("GLMLAUNCH_", "VLLM_", "NCCL_", "B12X_", "SPARKINFER_"))
+        and k not in {"PYTHONDONTWRITEBYTECODE", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF"}
     }
-    times = []
-    # One untimed run first, so the page cache and .pyc files are warm for every command alike.
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    env.update({"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"), "NO_COLOR": "1"})
+    return env
+
+
+def prepare_chain(source: Path, into: Path) -> tuple[list[str], dict[str, str]]:
+    """Copy the launchers and point the chain's one install path at the copy; the argv and variables
+    that run its full dry run."""
+    missing = [name for name in CHAIN_FILES if not (source / name).is_file()]
+    if missing:
+        raise SystemExit(
+            f"--bash-chain {source}: missing {', '.join(missing)} (launchers/ at {CHAIN_COMMIT})"
+        )
+    for name in CHAIN_FILES:
+        shutil.copy2(source / name, into / name)
+    v19 = into / "serve-glm52-v19.sh"
+    text = v19.read_text(encoding="utf-8")
+    if "/usr/local/bin/serve-glm52-v16.sh" not in text:
+        raise SystemExit(
+            f"{source / v19.name}: no exec of /usr/local/bin/serve-glm52-v16.sh (not {CHAIN_COMMIT}?)"
+        )
+    v19.write_text(text.replace("/usr/local/bin/serve-glm52-v16.sh", str(into / "serve-glm52-v16.sh")))
+    for name in CHAIN_FILES:
+        (into / name).chmod(0o755)
+    variables = {"MODEL_FAMILY": "glm52-exl3", "DRY_RUN": "1", "GLM52_SERVER": str(v19)}
+    return ["bash", str(into / CHAIN_ENTRY)], variables
+
+
+def check_same_job(chain: list[str], env: dict[str, str]) -> None:
+    """The chain's dry-run argv must equal `glmlaunch args -p r12-exl3`: the same preset, the same output."""
+    out = subprocess.run(chain, env=env, capture_output=True, text=True, check=True).stdout
+    line = next((x for x in out.splitlines() if x.startswith("Command:")), None)
+    if line is None:
+        raise SystemExit("the bash chain printed no 'Command:' line; is DRY_RUN honoured?")
+    theirs = shlex.split(line[len("Command:") :])
+    ours = subprocess.run(
+        [GLMLAUNCH, "args", "-p", "r12-exl3"], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    if theirs != ours:
+        raise SystemExit("the bash chain's argv differs from `glmlaunch args -p r12-exl3`; not comparable")
+
+
+def measure(commands: dict[str, tuple[list[str], dict[str, str]]], runs: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for argv, env in commands.values():  # warm the page cache and the .pyc files alike
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append((time.perf_counter() - start) * 1000)
+        for name, (argv, env) in commands.items():
+            start = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            times[name].append((time.perf_counter() - start) * 1000)
     return times
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=10)
-    args = parser.parse_args()
-    print(
-        f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument(
+        "--bash-chain",
+        type=Path,
+        default=os.environ.get("GLMLAUNCH_BENCH_BASH_CHAIN") or None,
+        help=f"launchers/ of local-inference-lab/blackwell-llm-docker at {CHAIN_COMMIT}",
     )
+    parser.add_argument("--torch", action="store_true", help='also time python -c "import torch"')
+    parser.add_argument("--json", action="store_true", help="print the raw times as JSON as well")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="glmlaunch-bench-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        env = _environ(home)
+        commands: dict[str, tuple[list[str], dict[str, str]]] = {}
+        if args.bash_chain is not None:
+            chain_dir = Path(tmp) / "launchers"
+            chain_dir.mkdir()
+            chain, variables = prepare_chain(args.bash_chain, chain_dir)
+            check_same_job(chain, {**env, **variables})
+            commands["chain"] = (chain, {**env, **variables})
+        for name, argv in COMMANDS.items():
+            commands[name] = (argv, env)
+        if args.torch:
+            commands["torch"] = ([sys.executable, "-c", "import torch"], env)
+        times = measure(commands, args.runs)
+
+    cpu = platform.processor() or platform.machine()
+    print(f"machine: {platform.node()} {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"command: {sys.executable} bench/startup.py --runs {args.runs}")
+    shown = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(f"command: {sys.executable} bench/startup.py {shown}".rstrip())
     print()
-    print("| command | min ms | median ms | max ms |")
-    print("|---|---|---|---|")
-    for label, argv in COMMANDS.items():
-        t = measure(argv, args.runs)
-        print(f"| `{label}` | {min(t):.0f} | {statistics.median(t):.0f} | {max(t):.0f} |")
+    chain_median = statistics.median(times["chain"]) if "chain" in times else None
+    print("| command | min ms | median ms | max ms | median / bash chain |")
+    print("|---|---|---|---|---|")
+    labels = {"chain": CHAIN_LABEL, "torch": 'python -c "import torch"'}
+    for name, t in times.items():
+        argv = commands[name][0]
+        label = labels.get(name) or "glmlaunch " + " ".join(argv[1:])
+        shown_ratio = f"{statistics.median(t) / chain_median:.1f}x" if chain_median else "-"
+        print(f"| `{label}` | {min(t):.0f} | {statistics.median(t):.0f} | {max(t):.0f} | {shown_ratio} |")
+    print()
+    verdicts: list[str] = []
+    if chain_median:
+        for name, limit in RATIO_TARGETS.items():
+            ratio = statistics.median(times[name]) / chain_median
+            verdicts.append(
+                f"{name} {ratio:.1f}x the bash chain (target <= {limit:g}x): {_met(ratio <= limit)}"
+            )
+    else:
+        verdicts.append("env/args against the bash chain: not measured (give --bash-chain)")
+    plan = statistics.median(times["plan"])
+    verdicts.append(f"plan {plan:.0f} ms (target <= {PLAN_TARGET_MS:.0f} ms): {_met(plan <= PLAN_TARGET_MS)}")
+    for line in verdicts:
+        print(f"- {line}")
+    if args.json:
+        print(json.dumps({name: [round(x, 2) for x in t] for name, t in times.items()}))
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
-from filelock import FileLock
 from pydantic import ValidationError
 
 from glmlaunch.calibrate.fingerprint import Comparison, compare, make_fingerprint
@@ -103,6 +102,8 @@ class Store:
         self._ensure()
         path = self.path_for(record.record_id)
         text = record.model_dump_json(indent=2) + "\n"
+        from filelock import FileLock  # only writers lock: `plan` reads the store and need not import it
+
         with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
             replaced = path.exists()
             _atomic_write(path, text)

@@ -1,6 +1,8 @@
 """Plain functions behind the configuration commands (config, env, args, profiles).
 
-Each resolves, renders data to stdout, and reports warnings on stderr.
+Each resolves, renders data to stdout, and reports warnings on stderr. Every ``--json`` document is one
+object whose first key is ``schema_version``; its JSON Schema is in ``docs/schemas/`` (written by
+:mod:`.docschemas`, checked against the real output by tests/config/test_json_documents.py).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from glmlaunch.config.profiles import list_profiles as _list_profiles
 from glmlaunch.config.profiles import load_chain
 from glmlaunch.config.render_args import full_argv
 from glmlaunch.config.resolve import Resolved, resolve_config
-from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.schema import DeploymentConfig, profile_json_schema, size_keys
 from glmlaunch.config.shells import SHELLS, ShellName, detect_shell, render_exports
+from glmlaunch.config.units import display_size
 from glmlaunch.errors import ConfigError
 from glmlaunch.files import write_text
 from glmlaunch.output import (
@@ -52,9 +55,14 @@ def _flat(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix.rstrip("."), data)]
 
 
+#: ``schema_version`` of the documents below; bump it when a key changes meaning or goes away.
+SCHEMA_VERSION = 1
+
+
 def config_document(resolved: Resolved) -> dict[str, Any]:
     config = resolved.config
     return {
+        "schema_version": SCHEMA_VERSION,
         "profile": resolved.profile_name,
         "chain": [str(p.path) for p in resolved.profile_chain],
         "overrides": list(resolved.overrides),
@@ -81,9 +89,14 @@ def show_config(profile: str | None, overrides: Sequence[str], *, as_json: bool)
     table.add_column("key", no_wrap=True)
     table.add_column("value")
     table.add_column("source")
+    sizes = size_keys()
     for key, value in _flat(resolved.config.model_dump(mode="json")):
         leaf = key.rsplit(".", 1)[-1]
-        shown = json.dumps(mask_obj({leaf: value})[leaf], ensure_ascii=False)
+        if key in sizes and isinstance(value, int):
+            # 95.01 GiB as the profile wrote it, not 102016210698 (the JSON keeps the exact integer)
+            shown = display_size(value)
+        else:
+            shown = json.dumps(mask_obj({leaf: value})[leaf], ensure_ascii=False)
         table.add_row(key, mask_secrets(shown), str(resolved.source_of(key)))
     output.out_console.print(table)
 
@@ -106,12 +119,12 @@ def show_env(profile: str | None, overrides: Sequence[str], *, shell: str | None
     shell_name = _shell_name(shell)
     env, withheld = split_secrets(exported_env(resolved.config))
     for name in withheld:
-        note(f"{name} looks like a secret and is not printed; export it yourself")
+        warn(f"{name} looks like a secret and is not printed; export it yourself")
     # A value is exported exactly or not at all: masking inside a quoted value would change it (and could
     # break the quoting), so a value that holds a known secret is withheld like a secret-named one.
     for name in [n for n, v in env.items() if contains_secret(v)]:
         del env[name]
-        note(f"{name} holds a secret value and is not printed; export it yourself")
+        warn(f"{name} holds a secret value and is not printed; export it yourself")
     for name, value in env.items():
         before = os.environ.get(name)
         if before is not None and before != value:
@@ -119,14 +132,21 @@ def show_env(profile: str | None, overrides: Sequence[str], *, shell: str | None
     out_data(render_exports(env, shell_name).rstrip("\n") or "")
 
 
+def args_document(resolved: Resolved) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "profile": resolved.profile_name,
+        "argv": full_argv(resolved.config),
+    }
+
+
 def show_args(profile: str | None, overrides: Sequence[str], *, as_json: bool) -> None:
     resolved = resolve(profile, overrides)
-    argv = full_argv(resolved.config)
     # The argument vector itself, exactly (``--api-key X`` included): it is what `vllm serve` runs.
     if as_json:
-        out_json(argv, mask=False)
+        out_json(args_document(resolved), mask=False)
     else:
-        out_data("\n".join(argv))
+        out_data("\n".join(full_argv(resolved.config)))
 
 
 def list_profiles(*, as_json: bool) -> None:
@@ -142,7 +162,7 @@ def list_profiles(*, as_json: bool) -> None:
             }
         )
     if as_json:
-        out_json(rows)
+        out_json({"schema_version": SCHEMA_VERSION, "profiles": rows})
         return
     from rich.table import Table
 
@@ -166,13 +186,7 @@ def show_profile(name: str) -> None:
 
 
 def profile_schema_document() -> dict[str, Any]:
-    schema = DeploymentConfig.model_json_schema()
-    schema["title"] = "glmlaunch profile"
-    schema.setdefault("properties", {})["extends"] = {
-        "type": "string",
-        "description": "name or relative path of the base profile",
-    }
-    return schema
+    return profile_json_schema()
 
 
 def profile_schema(output: Path | None) -> None:

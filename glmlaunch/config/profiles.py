@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +49,14 @@ class ProfileFile:
 
 def builtin_dir() -> Path:
     """The profiles shipped with the package (wheel), or the checkout's profiles/ (editable install)."""
-    packaged = Path(str(resources.files("glmlaunch"))) / "builtin_profiles"
+    # The package directory itself, not importlib.resources.files(): profiles are read as real files
+    # (an install inside a zip could not be read either way), and importlib.resources costs every
+    # command ~1 ms of imports.
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "builtin_profiles"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / "profiles"
+    return package.parent / "profiles"
 
 
 def search_dirs(environ: Mapping[str, str] | None = None) -> list[tuple[Path, bool]]:

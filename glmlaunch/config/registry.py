@@ -16,9 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from glmlaunch.config.schema import DeploymentConfig, Stack
 from glmlaunch.config.units import GIB, KIB, MIB
+
+if TYPE_CHECKING:
+    # Annotations only: importing the schema builds the pydantic models (pydantic itself included),
+    # which every command that only needs a variable's name (output.py, profiles, hw) would pay.
+    from glmlaunch.config.schema import DeploymentConfig, Stack
 
 ALL_STACKS: frozenset[Stack] = frozenset({"sparkinfer-r12", "b12x"})
 R12: frozenset[Stack] = frozenset({"sparkinfer-r12"})
@@ -31,6 +36,7 @@ GLMLAUNCH_PROFILE = "GLMLAUNCH_PROFILE"
 GLMLAUNCH_PROFILE_PATH = "GLMLAUNCH_PROFILE_PATH"
 GLMLAUNCH_SET = "GLMLAUNCH_SET"
 GLMLAUNCH_DEBUG = "GLMLAUNCH_DEBUG"
+GLMLAUNCH_QUIET = "GLMLAUNCH_QUIET"
 GLMLAUNCH_VLLM_BIN = "GLMLAUNCH_VLLM_BIN"
 GLMLAUNCH_CACHE_DIR = "GLMLAUNCH_CACHE_DIR"
 GLMLAUNCH_INVENTORY = "GLMLAUNCH_INVENTORY"
@@ -63,6 +69,7 @@ TOOL_VARS: dict[str, str] = {
     GLMLAUNCH_PROFILE_PATH: "extra profile directories, searched before the built-in ones (os.pathsep list)",
     GLMLAUNCH_SET: "overrides like --set, separated by ';' or newlines; applied before command-line --set",
     GLMLAUNCH_DEBUG: "1 shows tracebacks for errors",
+    GLMLAUNCH_QUIET: "1 silences notes and progress on stderr, like --quiet (warnings and errors stay)",
     GLMLAUNCH_VLLM_BIN: "the vllm executable `serve` execs (default: vllm on PATH)",
     GLMLAUNCH_CACHE_DIR: "where calibration records are stored (default: the user cache directory)",
     GLMLAUNCH_INVENTORY: "a saved hardware inventory (JSON) used instead of probing NVML",

@@ -1,6 +1,6 @@
 """The ``vllm serve`` argument vector of a resolved configuration.
 
-The order reproduces the r12 launcher chain's own ``DRY_RUN=1`` output (config-surface.md §3) so the
+The order reproduces the r12 launcher chain's own ``DRY_RUN=1`` output (docs/configuration.md §3) so the
 two can be compared line by line. JSON-valued flags are built as data and serialised compactly.
 """
 

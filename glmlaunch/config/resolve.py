@@ -4,9 +4,9 @@ Precedence, lowest first: built-in defaults < profile chain (base first) < ``GLM
 (``GLMLAUNCH_<SECTION>__<FIELD>``, then ``GLMLAUNCH_SET``) < command-line ``--set key=value``.
 Every leaf of the result records where its value came from.
 
-pydantic-settings layers sources into one merged dict and does not keep the origin of each leaf, so
+A settings library that layers sources into one merged dict does not keep the origin of each leaf, so
 the layering walk is done here; pydantic does all parsing and type validation, and
-``glmlaunch.config.settings.ToolSettings`` (pydantic-settings) reads glmlaunch's own variables.
+``glmlaunch.config.settings.ToolSettings`` reads glmlaunch's own variables.
 """
 
 from __future__ import annotations

@@ -5,18 +5,58 @@ model, expected hardware, parallelism, scheduler, speculative decoding, memory, 
 sparse indexer, runner, CUDA graphs, the library stack, and free-form ``env`` / ``vllm_args``.
 Every section forbids unknown keys, so a typo is an error (with "did you mean") rather than a silently
 ignored setting. Cross-field rules that need several sections live in :mod:`glmlaunch.config.validate`.
+Every field carries a description: ``glmlaunch profiles schema`` gives them to editors.
 
-Sizes are :data:`glmlaunch.config.units.ByteSize` (bytes, human units accepted).
+Sizes are :data:`ByteSize` (bytes; human units accepted, read by :func:`.units.parse_size`).
+
+No ``from __future__ import annotations`` here: pydantic would have to evaluate every annotation string
+again when it builds the models, which every command that resolves a configuration pays at start-up.
 """
 
-from __future__ import annotations
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Literal, get_args
 
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from glmlaunch.config.limits import MAX_CAPTURE_SIZE, MAX_TOKENS
-from glmlaunch.config.units import GIB, KIB, MIB, ByteSize
+from glmlaunch.config.units import GIB, KIB, MIB, parse_size
+
+# glmlaunch's models use no pydantic plugin, and pydantic looks plugins up by scanning the metadata of
+# every installed distribution (importlib.metadata.entry_points) when it builds the first model: ~4 ms
+# of every start-up with the test extra's packages installed. Typer turns the lookup off the same way
+# around its own adapters. The caller's setting is put back as soon as the models are built, so nothing
+# glmlaunch starts (vLLM) inherits it.
+_PLUGINS_VAR = "PYDANTIC_DISABLE_PLUGINS"
+
+
+@contextmanager
+def no_plugin_scan() -> Iterator[None]:
+    """Build pydantic models (or validate a deferred one for the first time) without the plugin scan."""
+    before = os.environ.get(_PLUGINS_VAR)
+    os.environ[_PLUGINS_VAR] = "__all__"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_PLUGINS_VAR, None)
+        else:
+            os.environ[_PLUGINS_VAR] = before
+
+
+# The models below are built as the module runs: the scan stays off until the end of the module.
+_models_built = no_plugin_scan()
+_models_built.__enter__()
 
 Stack = Literal["sparkinfer-r12", "b12x"]
 Runner = Literal["v1", "v2"]
@@ -35,6 +75,64 @@ COMPRESSED_WIRE_MODES: frozenset[str] = frozenset(
 )
 
 GLM52_INDEX_TOPK_PATTERN = "FFFSSS" + "FSSS" * 18
+
+
+def _ci(word: str) -> str:
+    """A case-insensitive regex for ``word`` that JSON Schema's ECMA-262 dialect reads (no ``(?i)``)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+def _words(*words: str) -> str:
+    return "|".join(_ci(w) for w in words)
+
+
+# The JSON Schema spellings of what the validators below accept (tests/config/test_profile_schema.py
+# checks each against the tool): sizes exactly as units.parse_size reads them, the aliases, lists
+# written as strings.
+SIZE_PATTERN = (
+    r"^\s*(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*[KkMmGgTt](?:[Ii]?[Bb])?"
+    r"|(?:[0-9]+(?:\.0*)?|\.0+)\s*[Bb]?)\s*$"
+)
+OFF_PATTERN = rf"^\s*(?:{_words('off', 'none', 'null')})\s*$"
+WIRE_ALIAS_PATTERN = rf"^\s*(?:{_words('bf16', 'off', 'none', 'false')})?\s*$"
+FOLD_ALIAS_PATTERN = rf"^\s*(?:{_words('off', 'false', 'no', 'on', 'true', 'yes', 'force')})\s*$"
+INT_LIST_PATTERN = r"^\s*\[?\s*[0-9]+(?:\s*,\s*[0-9]+)*\s*,?\s*\]?\s*$"
+
+# Values from --set and GLMLAUNCH_* arrive as text and pydantic reads numbers and booleans from it
+# ("8", "0.95", "yes"); profiles may quote them the same way. The schema accepts those spellings too, so
+# an editor never flags a value the tool takes. Patterns: pydantic's lax string forms (checked against
+# pydantic in tests/config/test_profile_schema.py).
+LAX_BOOL_PATTERN = rf"^(?:[01]|{_words('on', 'off', 'true', 'false', 'yes', 'no', 't', 'f', 'y', 'n')})$"
+LAX_INT_PATTERN = r"^\s*[+-]?[0-9](?:_?[0-9])*(?:\.0+)?\s*$"
+LAX_FLOAT_PATTERN = (
+    r"^\s*[+-]?(?:[0-9](?:_?[0-9])*(?:\.(?:[0-9](?:_?[0-9])*)?)?|\.[0-9](?:_?[0-9])*)"
+    r"(?:[eE][+-]?[0-9](?:_?[0-9])*)?\s*$"
+)
+
+
+def _lax_int(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "string", "pattern": LAX_INT_PATTERN}]}
+
+
+def _accepts(schema: dict[str, Any]) -> WithJsonSchema:
+    """The spellings a profile may write; the serialized form (``config --json``) keeps pydantic's own."""
+    return WithJsonSchema(schema, mode="validation")
+
+
+_SIZE_JSON: dict[str, Any] = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": 1 << 62},
+        {"type": "string", "pattern": SIZE_PATTERN},
+    ]
+}
+
+ByteSize = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    PlainSerializer(lambda v: v, return_type=int),
+    _accepts(_SIZE_JSON),
+]
+"""A size in bytes that accepts human units in profiles, env vars and ``--set``."""
 
 
 class _Section(BaseModel):
@@ -67,25 +165,40 @@ def _fold_alias(value: object) -> object:
 
 
 class ModelGeometry(_Section):
-    """GLM-5.2's config.json facts that size the pools and plans (memory-model.md §7)."""
+    """GLM-5.2's config.json facts that size the pools and plans (docs/memory-model.md §7)."""
 
-    architecture: str = "GlmMoeDsaForCausalLM"
-    hidden_size: int = Field(6144, gt=0)
-    num_hidden_layers: int = Field(78, gt=0)
-    num_attention_heads: int = Field(64, gt=0)
-    kv_lora_rank: int = Field(512, gt=0)
-    qk_rope_head_dim: int = Field(64, gt=0)
-    qk_nope_head_dim: int = Field(192, gt=0)
-    v_head_dim: int = Field(256, gt=0)
-    index_n_heads: int = Field(32, gt=0)
-    index_head_dim: int = Field(128, gt=0)
-    index_topk: int = Field(2048, gt=0)
-    index_topk_pattern: str = Field(GLM52_INDEX_TOPK_PATTERN, pattern=r"^[FS]+$")
-    num_mtp_layers: int = Field(1, ge=0)
-    max_position_embeddings: int = Field(1_048_576, gt=0, le=MAX_TOKENS)
+    architecture: str = Field("GlmMoeDsaForCausalLM", description="the model class in config.json")
+    hidden_size: int = Field(6144, gt=0, description="hidden size (config.json hidden_size)")
+    num_hidden_layers: int = Field(78, gt=0, description="decoder layers (config.json num_hidden_layers)")
+    num_attention_heads: int = Field(
+        64, gt=0, description="attention heads; divided by parallel.tp per rank, gathered over DCP"
+    )
+    kv_lora_rank: int = Field(
+        512, gt=0, description="MLA compressed-KV rank (the latent part of a KV record)"
+    )
+    qk_rope_head_dim: int = Field(64, gt=0, description="MLA RoPE part of a query/key head")
+    qk_nope_head_dim: int = Field(192, gt=0, description="MLA non-RoPE part of a query/key head")
+    v_head_dim: int = Field(256, gt=0, description="value head dimension")
+    index_n_heads: int = Field(32, gt=0, description="sparse-indexer heads (sizes the indexer scratch)")
+    index_head_dim: int = Field(128, gt=0, description="sparse-indexer head dimension")
+    index_topk: int = Field(2048, gt=0, description="tokens the sparse indexer selects per query")
+    index_topk_pattern: str = Field(
+        GLM52_INDEX_TOPK_PATTERN,
+        pattern=r"^[FS]+$",
+        description=(
+            "one letter per layer: F = full indexer, S = sparse (shared top-k); passed to vLLM in "
+            "--hf-overrides"
+        ),
+    )
+    num_mtp_layers: int = Field(
+        1, ge=0, description="multi-token-prediction (draft) layers in the checkpoint"
+    )
+    max_position_embeddings: int = Field(
+        1_048_576, gt=0, le=MAX_TOKENS, description="longest context the model supports (config.json)"
+    )
 
     @model_validator(mode="after")
-    def _pattern_covers_layers(self) -> ModelGeometry:
+    def _pattern_covers_layers(self) -> "ModelGeometry":
         if len(self.index_topk_pattern) != self.num_hidden_layers:
             raise ValueError(
                 f"index_topk_pattern has {len(self.index_topk_pattern)} characters but the model has "
@@ -104,39 +217,75 @@ class ModelGeometry(_Section):
 
 
 class ModelSection(_Section):
+    """The checkpoint `vllm serve` loads."""
+
     path: str | None = Field(None, description="local directory or hub id passed to `vllm serve`")
-    revision: str | None = None
-    served_name: str | None = None
-    quantization: str | None = None
-    load_format: str | None = None
-    trust_remote_code: bool = True
+    revision: str | None = Field(None, description="hub revision (commit) to load: --revision")
+    served_name: str | None = Field(None, description="the name clients request: --served-model-name")
+    quantization: str | None = Field(
+        None, description="vLLM quantization method (--quantization), e.g. exl3; exl3 enables the EXL3 terms"
+    )
+    load_format: str | None = Field(None, description="vLLM --load-format, e.g. safetensors")
+    trust_remote_code: bool = Field(True, description="pass --trust-remote-code (GLM-5.2 ships its own code)")
     weights_per_rank: ByteSize | None = Field(
         None, description="device bytes of weights per rank, when known (calibration or a boot log)"
     )
-    geometry: ModelGeometry = ModelGeometry()
+    geometry: ModelGeometry = Field(
+        ModelGeometry(), description="the model's shape as config.json gives it (GLM-5.2 by default)"
+    )
 
 
 class HardwareSection(_Section):
     """What the deployment expects to run on; `check` compares this with the real inventory."""
 
-    gpu_model: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-    gpu_count: int = Field(4, ge=1)
+    gpu_model: str = Field(
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition", description="GPU name as NVML reports it"
+    )
+    gpu_count: int = Field(4, ge=1, description="GPUs the deployment expects to see")
     memory_per_gpu: ByteSize = Field(
         round(95.01 * GIB), description="usable device memory per GPU as cudaMemGetInfo reports it"
     )
-    compute_capability: str = Field("12.0", pattern=r"^[0-9]+\.[0-9]+$")
-    num_sms: int = Field(188, gt=0)
-    pcie_generation: int = Field(5, ge=1)
-    pcie_width: int = Field(16, ge=1)
-    min_driver: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)*$")
-    min_cuda: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)*$")
+    compute_capability: str = Field(
+        "12.0", pattern=r"^[0-9]+\.[0-9]+$", description='CUDA compute capability, quoted: "12.0" (sm120)'
+    )
+    num_sms: int = Field(188, gt=0, description="streaming multiprocessors per GPU")
+    pcie_generation: int = Field(5, ge=1, description="PCIe generation each GPU's slot should run at")
+    pcie_width: int = Field(16, ge=1, description="PCIe lanes each GPU's slot should run at")
+    min_driver: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)*$",
+        description="lowest NVIDIA driver version accepted, e.g. 590.48.01",
+    )
+    min_cuda: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)*$",
+        description='lowest CUDA version the driver must support, quoted: "13.2"',
+    )
 
 
 class ParallelSection(_Section):
+    """Tensor and decode-context parallelism, and the GPUs they run on."""
+
     tp: int = Field(4, ge=1, description="tensor-parallel size")
     dcp: int = Field(1, ge=1, description="decode-context-parallel size (must divide tp)")
-    gpus: list[Annotated[int, Field(ge=0)]] | None = Field(
-        None, description="physical GPU indices (PCI bus order) for CUDA_VISIBLE_DEVICES; default 0..tp-1"
+    gpus: Annotated[
+        list[Annotated[int, Field(ge=0)]] | None,
+        _accepts(
+            {
+                "anyOf": [
+                    {"type": "array", "items": _lax_int({"type": "integer", "minimum": 0}), "minItems": 1},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "string", "pattern": r"^\s*[0-9]+\s*(?:,\s*[0-9]+\s*)*$"},
+                    {"type": "null"},
+                ]
+            }
+        ),
+    ] = Field(
+        None,
+        description=(
+            "physical GPU indices (PCI bus order) for CUDA_VISIBLE_DEVICES: a list, one index, or "
+            '"0,1,2,3"; default 0..tp-1'
+        ),
     )
 
     @field_validator("gpus", mode="before")
@@ -162,24 +311,34 @@ class ParallelSection(_Section):
 
 
 class SchedulerSection(_Section):
-    max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_TOKENS)
-    max_num_seqs: int = Field(256, ge=1, le=MAX_TOKENS)
-    max_model_len: int = Field(131072, ge=1, le=MAX_TOKENS)
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    async_scheduling: bool = False
+    """vLLM's scheduler limits."""
+
+    max_num_batched_tokens: int = Field(
+        8192, ge=1, le=MAX_TOKENS, description="tokens one scheduler step may run (prefill chunk size)"
+    )
+    max_num_seqs: int = Field(256, ge=1, le=MAX_TOKENS, description="sequences decoded at once")
+    max_model_len: int = Field(131072, ge=1, le=MAX_TOKENS, description="longest request (prompt + output)")
+    enable_chunked_prefill: bool = Field(True, description="split long prompts into batched-token chunks")
+    enable_prefix_caching: bool = Field(True, description="reuse KV blocks of shared prompt prefixes")
+    async_scheduling: bool = Field(False, description="vLLM's asynchronous scheduling (off on this stack)")
 
 
 class SpeculativeSection(_Section):
-    method: Literal["mtp"] = "mtp"
+    """Multi-token prediction (MTP) speculative decoding."""
+
+    method: Literal["mtp"] = Field("mtp", description="speculative method; GLM-5.2 uses its MTP layer")
     num_speculative_tokens: int = Field(0, ge=0, le=16, description="MTP k; 0 disables speculation")
-    draft_sample_method: DraftSampleMethod = "greedy"
-    moe_backend: str | None = None
+    draft_sample_method: DraftSampleMethod = Field("greedy", description="how the draft samples its tokens")
+    moe_backend: str | None = Field(None, description="MoE backend of the draft model (e.g. triton)")
     model: str | None = Field(None, description="draft model; defaults to model.path")
 
 
 class AllocatorSection(_Section):
-    expandable_segments: bool = True
+    """torch's caching allocator (PYTORCH_CUDA_ALLOC_CONF)."""
+
+    expandable_segments: bool = Field(
+        True, description="expandable segments (changes every torch footprint; forced off with LMCache)"
+    )
     extra: str | None = Field(
         None, description="further PYTORCH_CUDA_ALLOC_CONF options, comma separated (key:value)"
     )
@@ -199,17 +358,27 @@ class AllocatorSection(_Section):
 
 
 class MemorySection(_Section):
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    """The memory budget: how much vLLM may take, the KV cache, and the margin every rank keeps."""
+
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.0, le=1.0, description="GMU: the fraction of device memory vLLM may reserve"
+    )
     kv_cache_memory_bytes: ByteSize | None = Field(
         None, description="pin the KV cache size; gpu_memory_utilization then only gates the start"
     )
-    kv_cache_dtype: KvCacheDtype = "auto"
-    allocator: AllocatorSection = AllocatorSection()
+    kv_cache_dtype: KvCacheDtype = Field("auto", description="KV cache element type: --kv-cache-dtype")
+    allocator: AllocatorSection = Field(
+        AllocatorSection(), description="torch caching-allocator settings (PYTORCH_CUDA_ALLOC_CONF)"
+    )
     min_margin: ByteSize = Field(
         1 * GIB, description="steady-state margin every rank must keep after everything budgeted"
     )
-    estimate_cudagraphs: bool = True
-    profile_include_attn: bool = True
+    estimate_cudagraphs: bool = Field(
+        True, description="vLLM subtracts its CUDA-graph estimate from the KV budget"
+    )
+    profile_include_attn: bool = Field(
+        True, description="vLLM's profile pass includes the attention transients"
+    )
     kv_scale_mode: KvScaleMode | None = Field(
         None,
         description=(
@@ -220,31 +389,75 @@ class MemorySection(_Section):
 
 
 class NcclSection(_Section):
-    proto: str | None = "LL,LL128,Simple"
-    p2p_level: str | None = "SYS"
-    ib_disable: bool = True
-    socket_ifname: str | None = "lo"
+    """NCCL settings for a single PCIe host; null leaves a variable unset."""
+
+    proto: str | None = Field("LL,LL128,Simple", description="NCCL_PROTO")
+    p2p_level: str | None = Field("SYS", description="NCCL_P2P_LEVEL")
+    ib_disable: bool = Field(True, description="NCCL_IB_DISABLE: no InfiniBand on a PCIe box")
+    socket_ifname: str | None = Field(
+        "lo", description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (the bootstrap interface)"
+    )
 
 
 class CommSection(_Section):
-    pcie_allreduce: bool = True
-    allreduce_backend: Literal["b12x"] = "b12x"
-    dma_wire_mode: Annotated[DmaWireMode, Field(description="'0' is the lossless bf16 wire")] = "0"
+    """The PCIe all-reduce, the DMA path and the DCP all-to-all pools."""
+
+    pcie_allreduce: bool = Field(True, description="the PCIe custom all-reduce (one-shot + DMA)")
+    allreduce_backend: Literal["b12x"] = Field(
+        "b12x", description="kernel library behind the PCIe all-reduce"
+    )
+    dma_wire_mode: Annotated[
+        DmaWireMode,
+        _accepts(
+            {
+                "anyOf": [
+                    {"enum": list(get_args(DmaWireMode))},
+                    {"const": False},
+                    {"const": 0},
+                    {"type": "string", "pattern": WIRE_ALIAS_PATTERN},
+                ]
+            }
+        ),
+        Field(
+            description=(
+                "DMA wire mode: '0' (also bf16, off, false, 0) is the lossless bf16 wire; the others "
+                "compress the payload and need allow_compressed_wire"
+            )
+        ),
+    ] = "0"
     allow_compressed_wire: bool = Field(
         False, description="explicit opt-in for a compressed (numerics-changing) DMA wire mode"
     )
-    dma_min_bytes: ByteSize | None = Field(
-        6 * MIB, description="DMA all-reduce crossover; null/'off' builds no DMA object and no slab"
+    dma_min_bytes: Annotated[
+        ByteSize | None,
+        _accepts(
+            {
+                "anyOf": [
+                    *_SIZE_JSON["anyOf"],
+                    {"type": "null"},
+                    {"const": False},
+                    {"type": "string", "pattern": OFF_PATTERN},
+                ]
+            }
+        ),
+    ] = Field(
+        6 * MIB,
+        description=(
+            "DMA all-reduce crossover size; off (also null, or YAML's bare off/false) builds no DMA "
+            "object and no slab"
+        ),
     )
-    oneshot_allreduce_max_size: ByteSize = 64 * KIB
-    oneshot_fused_max_size: ByteSize = 84 * KIB
-    oneshot_push: bool = False
-    dcp_a2a: bool = True
+    oneshot_allreduce_max_size: ByteSize = Field(64 * KIB, description="largest one-shot all-reduce payload")
+    oneshot_fused_max_size: ByteSize = Field(
+        84 * KIB, description="largest fused add+RMSNorm one-shot payload"
+    )
+    oneshot_push: bool = Field(False, description="one-shot push mode (the eager slab grows world-size-fold)")
+    dcp_a2a: bool = Field(True, description="the DCP all-to-all pools (used when parallel.dcp > 1)")
     dcp_a2a_max_tokens: int = Field(
         64, ge=0, le=MAX_TOKENS, description="0 = uncapped (staging sized from batched tokens)"
     )
-    single_channel: bool = False
-    nccl: NcclSection = NcclSection()
+    single_channel: bool = Field(False, description="one channel for eager and every graph capture")
+    nccl: NcclSection = Field(NcclSection(), description="NCCL variables")
 
     @field_validator("dma_wire_mode", mode="before")
     @classmethod
@@ -267,20 +480,26 @@ class CommSection(_Section):
 
     @property
     def oneshot_eager_bytes(self) -> int:
-        """E in memory-model.md §2: vLLM's eager one-shot buffer size."""
+        """E in docs/memory-model.md §2: vLLM's eager one-shot buffer size."""
         return max(self.oneshot_allreduce_max_size, self.oneshot_fused_max_size, 16)
 
 
 class DcpPolicySection(_Section):
     """DCP attention policy knobs; null leaves the library's automatic choice."""
 
-    query_split: bool | None = None
-    query_split_min_context_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
-    topk_owner_merge: bool | None = None
-    ckv_gather: bool | None = None
-    ckv_gather_max_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
-    indexer_shards: int | None = Field(None, ge=1)
-    ckv_prefetch_depth: int | None = Field(None, ge=0)
+    query_split: bool | None = Field(None, description="split decode queries across the DCP group")
+    query_split_min_context_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="context length from which the query split applies"
+    )
+    topk_owner_merge: bool | None = Field(None, description="merge the DCP top-k at the owning rank")
+    ckv_gather: bool | None = Field(None, description="gather the full compressed KV (CKV) for prefill")
+    ckv_gather_max_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="token cap of the compressed-KV gather"
+    )
+    indexer_shards: int | None = Field(None, ge=1, description="sparse-indexer shards across the DCP group")
+    ckv_prefetch_depth: int | None = Field(
+        None, ge=0, description="compressed-KV prefetch depth (unsafe over a SYS PCIe topology)"
+    )
     ckv_prefetch_workspace_mib: int | None = Field(
         None,
         ge=0,
@@ -292,12 +511,27 @@ class DcpPolicySection(_Section):
 
 
 class IndexerSection(_Section):
-    sparse_indexer: bool = True
+    """The sparse attention indexer."""
+
+    sparse_indexer: bool = Field(True, description="use the kernel library's sparse indexer")
     supertile_k: int = Field(32768, ge=512, description="paged index supertile tokens (rounded up to 512)")
     max_logits_mb: int = Field(512, ge=1, description="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB")
-    fold: FoldMode = "auto"
-    fold_max_mib: int = Field(256, ge=0)
-    fused: bool = True
+    fold: Annotated[
+        FoldMode,
+        _accepts(
+            {
+                "anyOf": [
+                    {"enum": list(get_args(FoldMode))},
+                    {"type": "boolean"},
+                    {"enum": [0, 1]},
+                    {"type": "string", "pattern": FOLD_ALIAS_PATTERN},
+                ]
+            }
+        ),
+        Field(description="two-level top-k fold: auto, 0 (also off/false/no) or 1 (also on/true/yes/force)"),
+    ] = "auto"
+    fold_max_mib: int = Field(256, ge=0, description="budget of the fold's per-call candidate slab, MiB")
+    fused: bool = Field(True, description="the fused decode indexer route (rows <= 16)")
 
     @field_validator("fold", mode="before")
     @classmethod
@@ -322,18 +556,39 @@ class Exl3Section(_Section):
 class CaptureRule(_Section):
     """Capture sizes derived as ``step, 2*step, … <= max``; step null means MTP+1."""
 
-    step: int | None = Field(None, ge=1, le=MAX_CAPTURE_SIZE)
-    max: int = Field(..., ge=1, le=MAX_CAPTURE_SIZE)
+    step: int | None = Field(None, ge=1, le=MAX_CAPTURE_SIZE, description="size step; null = MTP+1")
+    max: int = Field(..., ge=1, le=MAX_CAPTURE_SIZE, description="largest capture size")
 
 
 class CudagraphSection(_Section):
-    mode: CudagraphMode = "FULL_AND_PIECEWISE"
-    capture_sizes: (
-        list[Annotated[int, Field(ge=1, le=MAX_CAPTURE_SIZE)]] | None
-    ) = Field(None, max_length=MAX_CAPTURE_SIZE)
-    capture_rule: CaptureRule | None = None
-    custom_ops: list[str] = ["all"]
-    fuse_allreduce_rms: bool = True
+    """CUDA graphs: the mode and the batch sizes captured (--compilation-config)."""
+
+    mode: CudagraphMode = Field("FULL_AND_PIECEWISE", description="vLLM cudagraph_mode")
+    capture_sizes: Annotated[
+        list[Annotated[int, Field(ge=1, le=MAX_CAPTURE_SIZE)]] | None,
+        _accepts(
+            {
+                "anyOf": [
+                    {
+                        "type": "array",
+                        "items": _lax_int({"type": "integer", "minimum": 1, "maximum": MAX_CAPTURE_SIZE}),
+                        "maxItems": MAX_CAPTURE_SIZE,
+                    },
+                    {"type": "string", "pattern": INT_LIST_PATTERN},
+                    {"type": "null"},
+                ]
+            }
+        ),
+    ] = Field(
+        None,
+        max_length=MAX_CAPTURE_SIZE,
+        description='explicit capture sizes (a list or "4,8,12"); give this or capture_rule',
+    )
+    capture_rule: CaptureRule | None = Field(
+        None, description="capture sizes as multiples of a step up to a maximum; give this or capture_sizes"
+    )
+    custom_ops: list[str] = Field(["all"], description="vLLM custom_ops in the compilation config")
+    fuse_allreduce_rms: bool = Field(True, description="fuse all-reduce with RMSNorm (pass_config)")
 
     @field_validator("capture_sizes", mode="before")
     @classmethod
@@ -343,36 +598,42 @@ class CudagraphSection(_Section):
         return value
 
     @model_validator(mode="after")
-    def _one_source(self) -> CudagraphSection:
+    def _one_source(self) -> "CudagraphSection":
         if self.capture_sizes is not None and self.capture_rule is not None:
             raise ValueError("give either capture_sizes or capture_rule, not both")
         return self
 
 
 class ServerSection(_Section):
-    host: str = "0.0.0.0"
-    port: int = Field(8000, ge=1, le=65535)
-    attention_backend: str | None = "B12X_MLA_SPARSE"
-    moe_backend: str | None = "b12x"
-    dcp_comm_backend: str | None = "a2a"
-    dcp_kv_cache_interleave_size: int | None = 1
-    enable_flashinfer_autotune: bool = False
-    enable_auto_tool_choice: bool = False
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
-    default_chat_template_kwargs: dict[str, str | int | float | bool] | None = None
-    enable_prompt_tokens_details: bool = False
-    enable_force_include_usage: bool = False
-    enable_request_id_headers: bool = False
-    use_index_cache: bool = True
+    """The OpenAI-compatible server and the vLLM backends it runs."""
+
+    host: str = Field("0.0.0.0", description="address the server listens on: --host")
+    port: int = Field(8000, ge=1, le=65535, description="port the server listens on: --port")
+    attention_backend: str | None = Field("B12X_MLA_SPARSE", description="vLLM --attention-backend")
+    moe_backend: str | None = Field("b12x", description="vLLM --moe-backend")
+    dcp_comm_backend: str | None = Field("a2a", description="vLLM --dcp-comm-backend (with DCP > 1)")
+    dcp_kv_cache_interleave_size: int | None = Field(
+        1, description="vLLM --dcp-kv-cache-interleave-size (with DCP > 1)"
+    )
+    enable_flashinfer_autotune: bool = Field(False, description="pass --enable-flashinfer-autotune")
+    enable_auto_tool_choice: bool = Field(False, description="pass --enable-auto-tool-choice")
+    tool_call_parser: str | None = Field(None, description="vLLM --tool-call-parser, e.g. glm47")
+    reasoning_parser: str | None = Field(None, description="vLLM --reasoning-parser, e.g. glm45")
+    default_chat_template_kwargs: dict[str, str | int | float | bool] | None = Field(
+        None, description="vLLM --default-chat-template-kwargs, e.g. {reasoning_effort: high}"
+    )
+    enable_prompt_tokens_details: bool = Field(False, description="pass --enable-prompt-tokens-details")
+    enable_force_include_usage: bool = Field(False, description="pass --enable-force-include-usage")
+    enable_request_id_headers: bool = Field(False, description="pass --enable-request-id-headers")
+    use_index_cache: bool = Field(True, description="use_index_cache in --hf-overrides")
 
 
 class DeploymentConfig(_Section):
     """The whole resolved deployment; built by ``resolve.resolve_config``."""
 
-    description: str = ""
+    description: str = Field("", description="one line saying what this profile is for")
     stack: Stack = Field("sparkinfer-r12", description="library generation: decides env names and constants")
-    runner: Runner = "v2"
+    runner: Runner = Field("v2", description="vLLM model runner: v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)")
     lmcache: bool = Field(False, description="LMCache host offload (forces expandable_segments off)")
     exl3_trellis_max_m: int | None = Field(None, ge=1, description="VLLM_EXL3_TRELLIS_MAX_M decode window")
     vllm_version: str | None = Field(
@@ -382,19 +643,24 @@ class DeploymentConfig(_Section):
             "that build. Default: the installed vLLM, else unknown (terms then average over builds)"
         ),
     )
-    exl3: Exl3Section = Exl3Section()
-    model: ModelSection = ModelSection()
-    hardware: HardwareSection = HardwareSection()
-    parallel: ParallelSection = ParallelSection()
-    scheduler: SchedulerSection = SchedulerSection()
-    speculative: SpeculativeSection = SpeculativeSection()
-    memory: MemorySection = MemorySection()
-    comm: CommSection = CommSection()
-    dcp_policy: DcpPolicySection = DcpPolicySection()
-    indexer: IndexerSection = IndexerSection()
-    cudagraph: CudagraphSection = CudagraphSection()
-    server: ServerSection = ServerSection()
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment, passed through")
+    exl3: Exl3Section = Field(Exl3Section(), description="EXL3 runtime knobs")
+    model: ModelSection = Field(ModelSection(), description="the checkpoint to serve")
+    hardware: HardwareSection = Field(HardwareSection(), description="the GPUs the deployment expects")
+    parallel: ParallelSection = Field(ParallelSection(), description="tensor / decode-context parallelism")
+    scheduler: SchedulerSection = Field(SchedulerSection(), description="vLLM scheduler limits")
+    speculative: SpeculativeSection = Field(SpeculativeSection(), description="MTP speculative decoding")
+    memory: MemorySection = Field(MemorySection(), description="the memory budget and the KV cache")
+    comm: CommSection = Field(CommSection(), description="PCIe all-reduce, DMA and DCP all-to-all pools")
+    dcp_policy: DcpPolicySection = Field(
+        DcpPolicySection(), description="DCP attention policy; null values leave the library's choice"
+    )
+    indexer: IndexerSection = Field(IndexerSection(), description="the sparse attention indexer")
+    cudagraph: CudagraphSection = Field(CudagraphSection(), description="CUDA graph mode and capture sizes")
+    server: ServerSection = Field(ServerSection(), description="the server and the vLLM backends")
+    env: dict[str, Annotated[str, _accepts({"type": ["string", "boolean", "number"]})]] = Field(
+        default_factory=dict,
+        description="extra environment, passed through (booleans become 1/0, numbers their text)",
+    )
     vllm_args: list[str] = Field(default_factory=list, description="extra `vllm serve` arguments")
 
     @field_validator("env", mode="before")
@@ -472,3 +738,64 @@ class DeploymentConfig(_Section):
         if self.lmcache and alloc.expandable_segments:
             alloc = alloc.model_copy(update={"expandable_segments": False})
         return alloc.conf()
+
+
+_models_built.__exit__(None, None, None)
+
+
+def _reads_size(item: object) -> bool:
+    """Whether a type (or a piece of Annotated metadata) parses its value with units.parse_size."""
+    if isinstance(item, BeforeValidator):
+        return item.func is parse_size
+    # get_args(Annotated[int, m1, m2]) is (int, m1, m2); of a union, its members.
+    return any(_reads_size(arg) for arg in get_args(item))
+
+
+def size_keys(model: type[BaseModel] = DeploymentConfig, prefix: str = "") -> frozenset[str]:
+    """Dotted keys of every setting typed :data:`ByteSize`, so tables can show them in units."""
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        if any(_reads_size(item) for item in (info.annotation, *info.metadata)):
+            keys.add(prefix + name)
+        for arg in (info.annotation, *get_args(info.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                keys |= size_keys(arg, f"{prefix}{name}.")
+    return frozenset(keys)
+
+
+# --- the profile format as JSON Schema (`glmlaunch profiles schema`) ----------------------------------
+def profile_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a profile file: every key described, every accepted spelling."""
+    from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+    from pydantic_core import core_schema
+
+    class _ProfileSchema(GenerateJsonSchema):
+        def bool_schema(self, schema: core_schema.BoolSchema) -> JsonSchemaValue:
+            return {
+                "anyOf": [
+                    super().bool_schema(schema),
+                    {"enum": [0, 1]},
+                    {"type": "string", "pattern": LAX_BOOL_PATTERN},
+                ]
+            }
+
+        def int_schema(self, schema: core_schema.IntSchema) -> JsonSchemaValue:
+            return {"anyOf": [super().int_schema(schema), {"type": "string", "pattern": LAX_INT_PATTERN}]}
+
+        def float_schema(self, schema: core_schema.FloatSchema) -> JsonSchemaValue:
+            return {"anyOf": [super().float_schema(schema), {"type": "string", "pattern": LAX_FLOAT_PATTERN}]}
+
+    schema = DeploymentConfig.model_json_schema(schema_generator=_ProfileSchema)
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    schema["title"] = "glmlaunch profile"
+    schema["description"] = (
+        "A glmlaunch deployment profile (YAML or JSON). Every key is optional: a profile sets what differs "
+        "from the built-in defaults or from the profile it extends. Sizes take 1024-based units (84KB = "
+        "86,016 bytes). Numbers and booleans may also be written as text, as --set and GLMLAUNCH_* "
+        "variables give them."
+    )
+    schema["properties"]["extends"] = {
+        "type": "string",
+        "description": "name or relative path of the base profile",
+    }
+    return schema

@@ -1,12 +1,15 @@
-"""glmlaunch's own knobs (``GLMLAUNCH_PROFILE``, ``GLMLAUNCH_SET``, …), read with pydantic-settings.
+"""glmlaunch's own knobs (``GLMLAUNCH_PROFILE``, ``GLMLAUNCH_SET``, …).
 
 The variable names are declared in ``registry.TOOL_VARS``; :class:`ToolSettings` gives them types.
-pydantic-settings reads them from an explicit mapping (not only ``os.environ``), so commands and tests
-resolve against the environment they are handed.
+They are read from an explicit mapping (not only ``os.environ``), so commands and tests resolve against
+the environment they are handed.
 
-pydantic-settings is imported only when one of these variables is present: importing it pulls in
-asyncio, ssl and argparse (about 140 ms on the 2-core CI machine, measured with bench/startup.py's
-method), which would otherwise be half of `glmlaunch env`'s start-up time for nothing.
+Every variable is a scalar (a string, a path, a boolean or one word of a list), so reading them takes
+no more than pydantic-settings' environment source did for them: match the names case-insensitively
+and let pydantic validate the strings. pydantic-settings itself is not used: importing it pulls in
+asyncio, ssl and argparse (~50 ms on the 2-core CI VM, bench/RESULTS.md "Start-up"), which every
+command paid as soon as any ``GLMLAUNCH_*`` variable was set. The model is built on first validation
+(``defer_build``), so a run without these variables does not build it at all.
 """
 
 from __future__ import annotations
@@ -14,24 +17,23 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from glmlaunch.config.registry import TOOL_PREFIX, TOOL_VARS
+from glmlaunch.config.schema import no_plugin_scan
 from glmlaunch.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pydantic_settings import BaseSettings
 
 
 class ToolSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     profile: str | None = None
     profile_path: str | None = None
     set: str | None = None
     debug: bool = False
+    quiet: bool = False
     vllm_bin: str | None = None
     cache_dir: Path | None = None
     inventory: Path | None = None
@@ -42,12 +44,14 @@ class ToolSettings(BaseModel):
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ToolSettings:
-        env = dict(os.environ if environ is None else environ)
-        names = {name.upper() for name in TOOL_VARS}
-        if not any(key.upper() in names for key in env):
-            return cls()
+        env = os.environ if environ is None else environ
+        values = _read(env)
+        if not values:
+            # model_construct needs no validator: the defaults are the declared ones.
+            return cls.model_construct()
         try:
-            return cls.model_validate(_read(env).model_dump())
+            with no_plugin_scan():
+                return cls.model_validate(values)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             name = TOOL_PREFIX + str(err["loc"][0]).upper() if err["loc"] else TOOL_PREFIX
@@ -60,67 +64,22 @@ class ToolSettings(BaseModel):
             ) from None
 
 
-def _read(env: Mapping[str, str]) -> BaseSettings:
-    _ENVIRON.append(dict(env))
-    try:
-        return _settings_class()()
-    finally:
-        _ENVIRON.pop()
+_FIELD_BY_VAR = {TOOL_PREFIX + name.upper(): name for name in ToolSettings.model_fields}
 
 
-# pydantic-settings builds its sources in a classmethod; the mapping for the one construction in
-# progress is handed over on this stack.
-_ENVIRON: list[dict[str, str]] = []
-_CLASS: list[type[BaseSettings]] = []
-
-
-def _settings_class() -> type[BaseSettings]:
-    """ToolSettings' fields read by pydantic-settings from a given mapping (built on first use)."""
-    if _CLASS:
-        return _CLASS[0]
-    from pydantic import create_model
-    from pydantic_settings import (
-        BaseSettings,
-        EnvSettingsSource,
-        PydanticBaseSettingsSource,
-        SettingsConfigDict,
-    )
-    from pydantic_settings.sources.utils import parse_env_vars
-
-    class _MappingEnvSource(EnvSettingsSource):
-        def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-            self._environ = dict(environ)
-            super().__init__(settings_cls)
-
-        def _load_env_vars(self) -> Mapping[str, str | None]:
-            return parse_env_vars(
-                self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
-            )
-
-    class _Base(BaseSettings):
-        model_config = SettingsConfigDict(env_prefix=TOOL_PREFIX, case_sensitive=False, extra="ignore")
-
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings, _MappingEnvSource(settings_cls, _ENVIRON[-1]))
-
-    fields: dict[str, Any] = {
-        name: (info.annotation, info.default) for name, info in ToolSettings.model_fields.items()
-    }
-    cls: type[BaseSettings] = create_model("_ToolEnv", __base__=_Base, **fields)
-    _CLASS.append(cls)
-    return cls
+def _read(env: Mapping[str, str]) -> dict[str, str]:
+    """The tool variables present in ``env``, by field name. Names match case-insensitively and a later
+    spelling of the same name wins, as with pydantic-settings' ``case_sensitive=False``."""
+    values: dict[str, str] = {}
+    for key, value in env.items():
+        field = _FIELD_BY_VAR.get(key.upper())
+        if field is not None:
+            values[field] = value
+    return values
 
 
 def _check_registry() -> None:
-    missing = {TOOL_PREFIX + name.upper() for name in ToolSettings.model_fields} ^ set(TOOL_VARS)
+    missing = set(_FIELD_BY_VAR) ^ set(TOOL_VARS)
     if missing:  # pragma: no cover - a development error caught by the test suite
         raise RuntimeError(f"ToolSettings and registry.TOOL_VARS disagree: {sorted(missing)}")
 

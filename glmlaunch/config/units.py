@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated
-
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
 KIB = 1024
 MIB = 1024**2
@@ -90,18 +87,24 @@ def gib(n: float) -> float:
     return n / GIB
 
 
-ByteSize = Annotated[
-    int,
-    BeforeValidator(parse_size),
-    PlainSerializer(lambda v: v, return_type=int),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*[0-9.]+\s*([KkMmGgTt](i?[Bb])?|[Bb])?\s*$"},
-            ],
-            "description": "bytes, or a string with a 1024-based unit: 84KB, 512MiB, 96GiB",
-        }
-    ),
-]
-"""A size in bytes that accepts human units in profiles, env vars and ``--set``."""
+_DISPLAY_UNITS: tuple[tuple[str, int], ...] = (("TiB", 1024**4), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+
+
+def display_size(n: int) -> str:
+    """A byte count as people write it in a profile: ``6 MiB``, ``84 KiB``, ``95.01 GiB``, ``1.5 GiB``.
+
+    The largest unit the count reaches, with at most two decimals; when two decimals do not give the
+    exact count back (the text would read as another size), a whole number of a smaller unit, and failing
+    that the exact bytes in brackets: ``95.01 GiB (102,016,210,699 B)``. Exact integers stay in JSON.
+    """
+    if n < KIB:
+        return f"{n} B"
+    units = [(unit, factor) for unit, factor in _DISPLAY_UNITS if n >= factor]
+    unit, factor = units[0]
+    text = f"{n / factor:.2f}".rstrip("0").rstrip(".")
+    if parse_size(f"{text}{unit}") == n:
+        return f"{text} {unit}"
+    for smaller, small_factor in units[1:]:
+        if n % small_factor == 0:
+            return f"{n // small_factor} {smaller}"
+    return f"{text} {unit} ({n:,} B)"

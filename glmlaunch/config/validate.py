@@ -1,4 +1,4 @@
-"""Rules that need several settings at once (config-surface.md §4), run before anything else.
+"""Rules that need several settings at once (docs/configuration.md §4), run before anything else.
 
 Input: a type-valid :class:`DeploymentConfig` and its provenance. Output: diagnostics (errors and
 warnings), each naming the key, the value, the allowed values and where the value came from.

@@ -32,10 +32,8 @@ def test_config_table_on_stdout(clean_env: dict[str, str]) -> None:
 def test_args_lines_and_json(clean_env: dict[str, str]) -> None:
     res = run_cli("args", "-p", "r12-exl3", env=clean_env)
     assert res.stdout.splitlines() == (FIXTURES / "r12-exl3.argv").read_text().splitlines()
-    assert json.loads(run_cli("args", "-p", "r12-exl3", "--json", env=clean_env).stdout)[:2] == [
-        "vllm",
-        "serve",
-    ]
+    doc = json.loads(run_cli("args", "-p", "r12-exl3", "--json", env=clean_env).stdout)
+    assert doc["argv"] == res.stdout.splitlines() and doc["profile"] == "r12-exl3"
 
 
 def test_error_is_one_line_exit_2_no_traceback(clean_env: dict[str, str]) -> None:
@@ -81,7 +79,7 @@ def test_secrets_are_masked_in_config_output(clean_env: dict[str, str], tmp_path
 
 
 def test_profiles_list_show_schema(clean_env: dict[str, str], tmp_path: Path) -> None:
-    rows = json.loads(run_cli("profiles", "list", "--json", env=clean_env).stdout)
+    rows = json.loads(run_cli("profiles", "list", "--json", env=clean_env).stdout)["profiles"]
     by_name = {r["name"]: r for r in rows}
     assert {"r12-exl3", "gate", "turnkey"} <= set(by_name)
     assert by_name["gate"]["extends"] == "r12-exl3" and by_name["turnkey"]["builtin"]
@@ -93,7 +91,7 @@ def test_profiles_list_show_schema(clean_env: dict[str, str], tmp_path: Path) ->
     (tmp_path / "extra").mkdir()
     (tmp_path / "extra" / "mine.yaml").write_text("extends: gate\ndescription: mine\n", encoding="utf-8")
     env = dict(clean_env, GLMLAUNCH_PROFILE_PATH=str(tmp_path / "extra"))
-    rows = json.loads(run_cli("profiles", "list", "--json", env=env).stdout)
+    rows = json.loads(run_cli("profiles", "list", "--json", env=env).stdout)["profiles"]
     assert {"name": "mine", "description": "mine"}.items() <= next(
         r for r in rows if r["name"] == "mine"
     ).items()
@@ -122,3 +120,27 @@ def test_version_and_help(clean_env: dict[str, str]) -> None:
     help_text = run_cli("--help", env=clean_env).stdout
     for command in ("config", "env", "args", "plan", "audit", "diff", "hw", "check", "preflight", "serve"):
         assert f"  {command} " in help_text
+
+
+def test_config_table_shows_sizes_as_written(clean_env: dict[str, str]) -> None:
+    res = run_cli(
+        "config", "-p", "r12-exl3", "--set", "model.weights_per_rank=102016210699", "--set",
+        "memory.min_margin=1536MiB", env=clean_env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+
+    def row(key: str) -> str:
+        return next(x for x in res.stdout.splitlines() if f" {key} " in x)
+
+    assert "95.01 GiB" in row("hardware.memory_per_gpu")  # the profile wrote 95.01GiB
+    assert "102016210698" not in res.stdout
+    assert "6 MiB" in row("comm.dma_min_bytes") and "84 KiB" in row("comm.oneshot_fused_max_size")
+    assert "64 KiB" in row("comm.oneshot_allreduce_max_size") and "1.5 GiB" in row("memory.min_margin")
+    # two decimals that would read as another size keep the exact count next to them
+    assert "95.01 GiB (102,016,210,699 B)" in row("model.weights_per_rank")
+    # not a size: shown as before
+    assert row("scheduler.max_num_batched_tokens").split("│")[2].strip() == "3072"
+    # JSON keeps exact integers
+    doc = json.loads(run_cli("config", "-p", "r12-exl3", "--json", env=clean_env).stdout)
+    assert doc["config"]["hardware"]["memory_per_gpu"] == 102016210698
+    assert doc["config"]["comm"]["dma_min_bytes"] == 6 * 1024**2

@@ -142,7 +142,7 @@ def test_args_prints_the_argv_itself(env: dict[str, str]) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-2:] == ["--api-key", PLANTED]
     res = run_cli("args", "-p", "gate", "--json", "--set", f"vllm_args={args}", env=env)
-    assert json.loads(res.stdout)[-2:] == ["--api-key", PLANTED]
+    assert json.loads(res.stdout)["argv"][-2:] == ["--api-key", PLANTED]
     # an error in the same invocation is still masked
     bad = run_cli("args", "-p", "gate", "--set", f"env.API_KEY=[{PLANTED}]", env=env)
     assert bad.returncode == 2 and _leaks(bad, SECRET, PLANTED) == []

@@ -1,0 +1,89 @@
+"""Start-up cost removed at the source (bench/startup.py measures it; these pin what was removed).
+
+Each check runs a fresh interpreter, because what matters is what a new `glmlaunch` process imports and
+builds before it prints anything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _probe(code: str, env: dict[str, str]) -> dict[str, object]:
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=env["HOME"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    probe: dict[str, object] = json.loads(res.stdout.strip().splitlines()[-1])
+    return probe
+
+
+RUN_ENV = """
+import io, json, sys, contextlib, runpy
+sys.argv = ["glmlaunch", "env", "--shell", "bash"]
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        runpy.run_module("glmlaunch", run_name="__main__")
+    except SystemExit:
+        pass
+import os
+from pydantic.plugin import _loader
+print(json.dumps({
+    "modules": sorted(m for m in ("pydantic_settings", "asyncio", "ssl", "argparse") if m in sys.modules),
+    "plugins_scanned": _loader._plugins is not None,
+    "plugins_var_left": "PYDANTIC_DISABLE_PLUGINS" in os.environ,
+}))
+"""
+
+
+def test_names_and_output_do_not_build_the_configuration_models(clean_env: dict[str, str]) -> None:
+    # output.py needs two variable names from the registry: that must not import pydantic and build
+    # every configuration model (profiles list, hw and --help never resolve a configuration).
+    code = (
+        "import json, sys; import glmlaunch.output, glmlaunch.config.registry, glmlaunch.config.units;"
+        "print(json.dumps({'loaded': sorted(m for m in ('pydantic', 'glmlaunch.config.schema') "
+        "if m in sys.modules)}))"
+    )
+    assert _probe(code, clean_env) == {"loaded": []}
+
+
+def test_env_with_a_tool_variable_does_not_import_pydantic_settings(clean_env: dict[str, str]) -> None:
+    # pydantic-settings pulled in asyncio, ssl and argparse (~50 ms) as soon as any GLMLAUNCH_* was set
+    probe = _probe(RUN_ENV, dict(clean_env, GLMLAUNCH_PROFILE="gate", GLMLAUNCH_DEBUG="0"))
+    assert probe["modules"] == []
+
+
+def test_the_configuration_models_skip_the_plugin_scan(clean_env: dict[str, str]) -> None:
+    # pydantic scans every installed distribution's entry points for plugins when the first model is
+    # built; glmlaunch uses none, and the caller's environment is left as it was (vLLM inherits it)
+    probe = _probe(RUN_ENV, dict(clean_env, GLMLAUNCH_PROFILE="gate"))
+    assert probe["plugins_scanned"] is False and probe["plugins_var_left"] is False
+
+
+def test_exit_skips_freeing_what_the_process_built(clean_env: dict[str, str]) -> None:
+    # Registered before glmlaunch is imported, this handler runs after glmlaunch's (exit handlers run in
+    # reverse order): by then every object must be frozen, so CPython's final collections skip them.
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stdout.write(f'frozen={gc.get_freeze_count() > 0}'))\n"
+        "import glmlaunch.cli\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env,
+        cwd=clean_env["HOME"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "frozen=True"
