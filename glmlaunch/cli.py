@@ -2,30 +2,261 @@
 
 Exit codes are documented in README.md and defined in ``errors.ExitCode``. Each command imports its
 module when it runs, so `glmlaunch env` does not pay for the ledger, NVML or torch.
+
+Conventions every command follows (tests/test_help.py walks the app, so a new command is held to them):
+``-h``/``--help``; metavars that say what to type (``-p NAME``, ``--set KEY=VALUE``), never a Python type;
+an "Examples" section of real command lines (``epilog=``, one per line, printed verbatim); the whole first
+sentence as the summary in the parent's command list; every message on stderr is ``error: …``,
+``warning: …`` or a plain note (``--quiet`` silences notes and progress).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Typer reads every command's signature on each run and would
+# eval() each annotation string again (~5 ms of every start-up, bench/startup.py).
+import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer._click import Context, HelpFormatter
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer._click.shell_completion import CompletionItem
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import debug_enabled, mask_secrets, printable, reset_secrets
+from glmlaunch.output import debug_enabled, mask_secrets, note, printable, reset_secrets, set_quiet
 
-app = typer.Typer(
-    name="glmlaunch",
-    help="Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels.",
-    invoke_without_command=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode=None,
-)
-profiles_app = typer.Typer(help="List, show and describe deployment profiles.", no_args_is_help=True)
-app.add_typer(profiles_app, name="profiles")
+PROG = "glmlaunch"
+#: The variable the completion scripts set when they ask glmlaunch for candidates (Typer's protocol).
+COMPLETE_VAR = "_GLMLAUNCH_COMPLETE"
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "pwsh", "powershell")
+
+
+# --- help and error conventions (the click classes every command and group is built with) ------------
+def _argument_usage(param: TyperArgument) -> str:
+    """``NAME``, ``[NAME]``, ``NAME...``: what to type, as man pages write it (Typer writes ``{name}``)."""
+    name = param.metavar or (param.name or "ARG").upper()
+    if name.startswith("["):  # already written in full, e.g. "[-- VLLM_ARG...]"
+        return name
+    if param.nargs != 1:
+        name += "..."
+    return name if param.required else f"[{name}]"
+
+
+def _usage_pieces(ctx: Context, pieces: list[str]) -> list[str]:
+    # Typer's pieces are [OPTIONS], one per argument, then (for a group) the subcommand metavar.
+    args = [_argument_usage(p) for p in ctx.command.get_params(ctx) if isinstance(p, TyperArgument)]
+    return [pieces[0], *args, *pieces[1 + len(args) :]]
+
+
+def _format_params(ctx: Context, formatter: HelpFormatter) -> None:
+    """Arguments by what to type (no ``<list[str]>``), then the options, whose metavars are declared."""
+    args: list[tuple[str, str]] = []
+    opts: list[tuple[str, str]] = []
+    for param in ctx.command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        if isinstance(param, TyperArgument):
+            args.append((_argument_usage(param).strip("[]"), record[1]))
+        else:
+            opts.append(record)
+    for title, rows in (("Arguments", args), ("Options", opts)):
+        if rows:
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+def _format_examples(epilog: str | None, formatter: HelpFormatter) -> None:
+    # The epilog holds example command lines, one per line; click would rewrap them into one paragraph.
+    if not epilog:
+        return
+    with formatter.section("Examples"):
+        for line in inspect.cleandoc(epilog).splitlines():
+            formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+def _with_context(exc: UsageError, ctx: Context) -> UsageError:
+    # Some parser errors ("option '-p' requires an argument") carry no context; the hint needs the
+    # command's path to point at the right `-h`.
+    if exc.ctx is None:
+        exc.ctx = ctx
+        exc.cmd = ctx.command
+    return exc
+
+
+class Command(TyperCommand):
+    """A command held to the help conventions, ending quietly on a closed pipe."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            raise _with_context(exc, ctx) from None
+
+    def collect_usage_pieces(self, ctx: Context) -> list[str]:
+        return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
+
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_params(ctx, formatter)
+
+    def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_examples(self.epilog, formatter)
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # `glmlaunch plan | head -1`: the reader stopped early, which is not an error (`git log | head`
+            # exits 0). Caught here because Typer turns a broken pipe into exit 1 before main() sees it.
+            _silence_stdout()
+            raise typer.Exit(0) from None
+        except KeyboardInterrupt:
+            # Typer would exit 130 without a word; say it in the one error style.
+            _error("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+class Group(TyperGroup):
+    """A group held to the help conventions, listing each command with its whole summary."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        if self.subcommand_metavar == "COMMAND [ARGS]...":
+            self.subcommand_metavar = "COMMAND [ARGS...]"  # as every other repeatable is written
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            raise _with_context(exc, ctx) from None
+
+    def collect_usage_pieces(self, ctx: Context) -> list[str]:
+        return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
+
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_params(ctx, formatter)
+        self.format_commands(ctx, formatter)
+
+    def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_examples(self.epilog, formatter)
+
+    def shell_complete(self, ctx: Context, incomplete: str) -> list[CompletionItem]:
+        # The same whole summaries in zsh's and fish's candidate lists.
+        items = super().shell_complete(ctx, incomplete)
+        for item in items:
+            if item.type == "plain" and (cmd := self.get_command(ctx, item.value)) is not None:
+                item.help = cmd.get_short_help_str(limit=10_000)
+        return items
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        # click cuts each summary at 45 columns ("Print the resolved configuration and where every
+        # value came..."); the whole first sentence is what tells the commands apart.
+        rows = [
+            (name, cmd.get_short_help_str(limit=10_000))
+            for name in self.list_commands(ctx)
+            if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _silence_stdout() -> None:
+    # Point stdout at /dev/null so the interpreter's final flush cannot fail again (Python's recipe).
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+# --- shell completion ------------------------------------------------------------------------------------
+def _complete_profile(incomplete: str) -> list[tuple[str, str]]:
+    """Profile names on the search path (``GLMLAUNCH_PROFILE_PATH``, then the shipped ones) for ``-p``.
+
+    A word with a path separator gets nothing, so the shell falls back to completing file names.
+    """
+    if "/" in incomplete or incomplete.startswith("."):
+        return []
+    from glmlaunch.config.profiles import PROFILE_SUFFIXES, search_dirs
+
+    names: dict[str, str] = {}
+    for directory, builtin in search_dirs():
+        try:
+            paths = sorted(directory.iterdir())
+        except OSError:
+            continue
+        for path in paths:
+            if path.suffix in PROFILE_SUFFIXES and path.stem.startswith(incomplete):
+                names.setdefault(path.stem, "built-in profile" if builtin else str(path))
+    return list(names.items())
+
+
+def _complete_shell(incomplete: str) -> list[str]:
+    from glmlaunch.config.shells import SHELLS
+
+    return [s for s in SHELLS if s.startswith(incomplete)]
+
+
+def _complete_objective(incomplete: str) -> list[str]:
+    from glmlaunch.calibrate.search import OBJECTIVES
+
+    return [o for o in OBJECTIVES if o.startswith(incomplete)]
+
+
+def _complete_completion_shell(incomplete: str) -> list[str]:
+    return [s for s in COMPLETION_SHELLS if s.startswith(incomplete)]
+
+
+def _completion_shell(value: str) -> str:
+    if value != "auto":
+        return value
+    from typer._completion_shared import _get_shell_name
+
+    detected = _get_shell_name()
+    if detected not in COMPLETION_SHELLS:
+        from glmlaunch.errors import ConfigError
+
+        raise ConfigError(
+            "cannot tell which shell this is",
+            key="--install-completion/--show-completion",
+            value=detected,
+            allowed=COMPLETION_SHELLS,
+            hint="name it: --show-completion bash",
+        )
+    return str(detected)
+
+
+def _check_completion_shell(value: str) -> str:
+    if value not in (*COMPLETION_SHELLS, "auto"):
+        from glmlaunch.errors import ConfigError
+
+        raise ConfigError(
+            "no completion for this shell",
+            key="--install-completion/--show-completion",
+            value=value,
+            allowed=COMPLETION_SHELLS,
+        )
+    return _completion_shell(value)
+
+
+def _show_completion(value: str | None) -> None:
+    if value is None:
+        return
+    from typer._completion_shared import get_completion_script
+
+    shell = _check_completion_shell(value)
+    sys.stdout.write(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell) + "\n")
+    raise typer.Exit(0)
+
+
+def _install_completion(value: str | None) -> None:
+    if value is None:
+        return
+    from typer._completion_shared import install
+
+    shell, path = install(shell=_check_completion_shell(value), prog_name=PROG, complete_var=COMPLETE_VAR)
+    note(f"{shell} completion installed in {path}; it takes effect in a new shell")
+    raise typer.Exit(0)
 
 
 def _version(value: bool) -> None:
@@ -36,31 +267,119 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+# --- the app -------------------------------------------------------------------------------------------
+app = typer.Typer(
+    name=PROG,
+    help="Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels.",
+    epilog="""
+        glmlaunch plan -p turnkey                            # the memory plan of the shipped default
+        glmlaunch -q check -p turnkey --inventory rig.json   # quiet: the table and the verdict only
+        glmlaunch --install-completion bash                  # tab completion, profile names included
+    """,
+    invoke_without_command=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,  # replaced by --show-completion/--install-completion SHELL below
+    rich_markup_mode=None,
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+profiles_app = typer.Typer(
+    help="List, show and describe deployment profiles.",
+    epilog="""
+        glmlaunch profiles list
+        glmlaunch profiles show gate
+    """,
+    no_args_is_help=True,
+    cls=Group,
+)
+app.add_typer(profiles_app, name="profiles")
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="no notes or progress on stderr; warnings and errors stay (also GLMLAUNCH_QUIET=1)",
+        ),
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
     ] = False,
+    show_completion: Annotated[
+        str | None,
+        typer.Option(
+            "--show-completion",
+            metavar="[SHELL]",
+            callback=_show_completion,
+            is_eager=True,
+            autocompletion=_complete_completion_shell,
+            help="print the completion script for SHELL: bash, zsh, fish or pwsh (none or auto: this shell)",
+        ),
+    ] = None,
+    install_completion: Annotated[
+        str | None,
+        typer.Option(
+            "--install-completion",
+            metavar="[SHELL]",
+            callback=_install_completion,
+            is_eager=True,
+            autocompletion=_complete_completion_shell,
+            help="install completion for SHELL in its start-up files under $HOME (none or auto: this shell)",
+        ),
+    ] = None,
 ) -> None:
     """Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels."""
+    if quiet:
+        set_quiet(True)
     if ctx.invoked_subcommand is None:
         # bare `glmlaunch`: the help is the answer, not a usage error
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
 
+
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", "-p", help="profile name or path (default: $GLMLAUNCH_PROFILE or turnkey)"),
+    typer.Option(
+        "--profile",
+        "-p",
+        metavar="NAME",
+        autocompletion=_complete_profile,
+        help="profile name or path (default: $GLMLAUNCH_PROFILE or turnkey)",
+    ),
 ]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="override a setting: dotted.key=value (repeatable)"),
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. scheduler.max_num_seqs=4 (repeatable)",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
+InventoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory",
+        metavar="FILE",
+        help="a saved inventory (JSON from `hw --save`) instead of probing NVML",
+    ),
+]
+ProfileArg = typer.Argument(metavar="NAME", autocompletion=_complete_profile, help="profile name or path")
 
 
-@app.command("config")
+@app.command(
+    "config",
+    cls=Command,
+    epilog="""
+        glmlaunch config -p turnkey
+        glmlaunch config -p gate --set memory.gpu_memory_utilization=0.93 --json
+    """,
+)
 def config_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the resolved configuration and where every value came from."""
     from glmlaunch.config import commands
@@ -68,22 +387,41 @@ def config_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt =
     commands.show_config(profile, set_ or [], as_json=json_)
 
 
-@app.command("env")
+@app.command(
+    "env",
+    cls=Command,
+    epilog="""
+        eval "$(glmlaunch env -p turnkey)"
+        glmlaunch env -p gate --shell fish
+    """,
+)
 def env_cmd(
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     shell: Annotated[
         str | None,
-        typer.Option("--shell", help="bash, zsh, sh, fish, pwsh, dotenv or json (default: detected)"),
+        typer.Option(
+            "--shell",
+            metavar="SHELL",
+            autocompletion=_complete_shell,
+            help="bash, zsh, sh, fish, pwsh, dotenv or json (default: detected)",
+        ),
     ] = None,
 ) -> None:
-    """Print export lines for the resolved environment: eval "$(glmlaunch env -p NAME)"."""
+    """Print export lines for the resolved environment, to eval in a shell."""
     from glmlaunch.config import commands
 
     commands.show_env(profile, set_ or [], shell=shell)
 
 
-@app.command("args")
+@app.command(
+    "args",
+    cls=Command,
+    epilog="""
+        glmlaunch args -p turnkey
+        glmlaunch args -p gate --json
+    """,
+)
 def args_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the `vllm serve` argument vector, one argument per line (or JSON)."""
     from glmlaunch.config import commands
@@ -91,16 +429,19 @@ def args_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = F
     commands.show_args(profile, set_ or [], as_json=json_)
 
 
-InventoryOpt = Annotated[
-    Path | None,
-    typer.Option("--inventory", help="a saved inventory (JSON from `hw --save`) instead of probing NVML"),
-]
-
-
-@app.command("hw")
+@app.command(
+    "hw",
+    cls=Command,
+    epilog="""
+        glmlaunch hw --save rig.json      # on the GPU machine: keep its inventory
+        glmlaunch hw --inventory rig.json --json
+    """,
+)
 def hw_cmd(
     json_: JsonOpt = False,
-    save: Annotated[Path | None, typer.Option("--save", help="also write the inventory as JSON here")] = None,
+    save: Annotated[
+        Path | None, typer.Option("--save", metavar="FILE", help="also write the inventory as JSON here")
+    ] = None,
     inventory: InventoryOpt = None,
 ) -> None:
     """Show the GPU inventory NVML reports (or a saved one)."""
@@ -109,7 +450,14 @@ def hw_cmd(
     hwcommands.show_hw(inventory, save, as_json=json_)
 
 
-@app.command("check")
+@app.command(
+    "check",
+    cls=Command,
+    epilog="""
+        glmlaunch check -p turnkey
+        glmlaunch check -p turnkey --inventory rig.json --strict
+    """,
+)
 def check_cmd(
     profile: ProfileOpt = None,
     set_: SetOpt = None,
@@ -117,7 +465,13 @@ def check_cmd(
     json_: JsonOpt = False,
     strict: Annotated[bool, typer.Option("--strict", help="warnings fail too (exit 7)")] = False,
     purpose: Annotated[
-        str, typer.Option("--purpose", help="serve (default) or preflight (a non-target GPU is a warning)")
+        str,
+        typer.Option(
+            "--purpose",
+            metavar="PURPOSE",
+            help="serve (default) or preflight (a non-target GPU is a warning)",
+            show_default=False,
+        ),
     ] = "serve",
 ) -> None:
     """Check the hardware against a profile: one table, exit 0/3/4/7/8 (README: Exit codes)."""
@@ -135,7 +489,14 @@ def check_cmd(
     )
 
 
-@profiles_app.command("list")
+@profiles_app.command(
+    "list",
+    cls=Command,
+    epilog="""
+        glmlaunch profiles list
+        glmlaunch profiles list --json
+    """,
+)
 def profiles_list_cmd(json_: JsonOpt = False) -> None:
     """List profiles with their description and inheritance."""
     from glmlaunch.config import commands
@@ -143,17 +504,32 @@ def profiles_list_cmd(json_: JsonOpt = False) -> None:
     commands.list_profiles(as_json=json_)
 
 
-@profiles_app.command("show")
-def profiles_show_cmd(name: Annotated[str, typer.Argument(help="profile name or path")]) -> None:
+@profiles_app.command(
+    "show",
+    cls=Command,
+    epilog="""
+        glmlaunch profiles show turnkey
+        glmlaunch profiles show ./mine.yaml
+    """,
+)
+def profiles_show_cmd(name: Annotated[str, ProfileArg]) -> None:
     """Print a profile file and the chain it extends."""
     from glmlaunch.config import commands
 
     commands.show_profile(name)
 
 
-@profiles_app.command("schema")
+@profiles_app.command(
+    "schema",
+    cls=Command,
+    epilog="""
+        glmlaunch profiles schema -o glmlaunch.schema.json
+    """,
+)
 def profiles_schema_cmd(
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="write to a file instead")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", metavar="FILE", help="write to a file instead")
+    ] = None,
 ) -> None:
     """Print the JSON Schema of the profile format (for editors)."""
     from glmlaunch.config import commands
@@ -161,14 +537,28 @@ def profiles_schema_cmd(
     commands.profile_schema(output)
 
 
-@profiles_app.command("import")
+@profiles_app.command(
+    "import",
+    cls=Command,
+    epilog="""
+        glmlaunch profiles import boot.log -o boot.yaml
+        glmlaunch profiles import boot.log --base r12-exl3
+    """,
+)
 def profiles_import_cmd(
-    log: Annotated[Path, typer.Argument(help="a vLLM server log of one boot")],
+    log: Annotated[Path, typer.Argument(metavar="LOG", help="a vLLM server log of one boot")],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="write the profile here (default: stdout)")
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="write the profile here (default: stdout)"),
     ] = None,
     base: Annotated[
-        str | None, typer.Option("--base", help="profile to extend (default: the closest built-in one)")
+        str | None,
+        typer.Option(
+            "--base",
+            metavar="NAME",
+            autocompletion=_complete_profile,
+            help="profile to extend (default: the closest built-in one)",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing --output file")] = False,
 ) -> None:
@@ -178,7 +568,14 @@ def profiles_import_cmd(
     profile_import.run_import(log, output=output, base=base, force=force)
 
 
-@app.command("preflight")
+@app.command(
+    "preflight",
+    cls=Command,
+    epilog="""
+        glmlaunch preflight -p turnkey                 # on the GPUs
+        glmlaunch preflight -p turnkey --device cpu    # no GPU: the same processes over gloo
+    """,
+)
 def preflight_cmd(
     profile: ProfileOpt = None,
     set_: SetOpt = None,
@@ -186,16 +583,27 @@ def preflight_cmd(
         str | None,
         typer.Option(
             "--backend",
+            metavar="BACKEND",
             help="auto (the profile's library when it can run here), sparkinfer, b12x or replay "
             "(default: $GLMLAUNCH_BACKEND or auto)",
         ),
     ] = None,
     device: Annotated[
-        str, typer.Option("--device", help="cuda (default) or cpu (gloo, no GPU: a dry run)")
+        str,
+        typer.Option(
+            "--device",
+            metavar="DEVICE",
+            help="cuda (default) or cpu (gloo, no GPU: a dry run)",
+            show_default=False,
+        ),
     ] = "cuda",
     timeout: Annotated[
         list[str] | None,
-        typer.Option("--timeout", help="per-phase limit: SECONDS (all but build) or PHASE=SECONDS"),
+        typer.Option(
+            "--timeout",
+            metavar="[PHASE=]SECONDS",
+            help="per-phase limit: SECONDS (all but build) or PHASE=SECONDS (repeatable)",
+        ),
     ] = None,
     inject_fault: Annotated[str | None, typer.Option("--inject-fault", hidden=True)] = None,
     json_: JsonOpt = False,
@@ -213,14 +621,28 @@ def preflight_cmd(
 # --- calibrate (learn from real vLLM boots; search the knobs) ------------------------------------
 calibrate_app = typer.Typer(
     help="Learn W, P, N, G_e and T-F0 from real vLLM boot logs; search the knobs with them.",
+    epilog="""
+        glmlaunch calibrate ingest boot.log -p r12-exl3
+        glmlaunch calibrate search -p turnkey --inventory rig.json
+    """,
     no_args_is_help=True,
+    cls=Group,
 )
 app.add_typer(calibrate_app, name="calibrate")
 
 
-@calibrate_app.command("ingest")
+@calibrate_app.command(
+    "ingest",
+    cls=Command,
+    epilog="""
+        glmlaunch calibrate ingest boot.log -p r12-exl3 --dry-run
+        glmlaunch calibrate ingest boot.log -p r12-exl3 --inventory rig.json
+    """,
+)
 def calibrate_ingest_cmd(
-    logs: Annotated[list[Path], typer.Argument(help="vLLM boot logs (all ranks' output, as written)")],
+    logs: Annotated[
+        list[Path], typer.Argument(metavar="LOG", help="vLLM boot logs (all ranks' output, as written)")
+    ],
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     inventory: InventoryOpt = None,
@@ -236,7 +658,13 @@ def calibrate_ingest_cmd(
     )
 
 
-@calibrate_app.command("list")
+@calibrate_app.command(
+    "list",
+    cls=Command,
+    epilog="""
+        glmlaunch calibrate list --json
+    """,
+)
 def calibrate_list_cmd(json_: JsonOpt = False) -> None:
     """List stored calibration records (corrupt or foreign files are skipped with a warning)."""
     from glmlaunch.calibrate import commands as calibrate_commands
@@ -244,10 +672,19 @@ def calibrate_list_cmd(json_: JsonOpt = False) -> None:
     calibrate_commands.run_list(as_json=json_)
 
 
-@calibrate_app.command("show")
+@calibrate_app.command(
+    "show",
+    cls=Command,
+    epilog="""
+        glmlaunch calibrate show -p turnkey     # the record turnkey would use, or why none matches
+    """,
+)
 def calibrate_show_cmd(
     record: Annotated[
-        str | None, typer.Argument(help="record id or prefix (default: the record the profile matches)")
+        str | None,
+        typer.Argument(
+            metavar="RECORD", help="record id or prefix (default: the record the profile matches)"
+        ),
     ] = None,
     profile: ProfileOpt = None,
     set_: SetOpt = None,
@@ -259,26 +696,46 @@ def calibrate_show_cmd(
     calibrate_commands.run_show(record, profile, set_ or [], as_json=json_)
 
 
-@calibrate_app.command("search")
+@calibrate_app.command(
+    "search",
+    cls=Command,
+    epilog="""
+        glmlaunch calibrate search -p turnkey --inventory rig.json --no-write
+        glmlaunch calibrate search -p gate --objective max-gmu --inventory rig.json -o gate-gmu.yaml
+    """,
+)
 def calibrate_search_cmd(
     objective: Annotated[
         str,
         typer.Option(
             "--objective",
-            help="max-batched-tokens, max-prefill-capacity, max-kv-bytes, max-gmu, "
+            metavar="OBJECTIVE",
+            autocompletion=_complete_objective,
+            help="max-batched-tokens (default), max-prefill-capacity, max-kv-bytes, max-gmu, "
             "or min-gmu (the lowest GMU vLLM accepts)",
+            show_default=False,
         ),
     ] = "max-batched-tokens",
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     min_margin: Annotated[
-        str | None, typer.Option("--min-margin", help="margin each rank keeps (default memory.min_margin)")
+        str | None,
+        typer.Option(
+            "--min-margin", metavar="SIZE", help="margin each rank keeps (default memory.min_margin)"
+        ),
     ] = None,
-    step: Annotated[int | None, typer.Option("--step", help="batched-token grid step (default 256)")] = None,
-    upper: Annotated[str | None, typer.Option("--max", help="upper end of the searched range")] = None,
+    step: Annotated[
+        int | None, typer.Option("--step", metavar="TOKENS", help="batched-token grid step (default 256)")
+    ] = None,
+    upper: Annotated[
+        str | None, typer.Option("--max", metavar="VALUE", help="upper end of the searched range")
+    ] = None,
     inventory: InventoryOpt = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="overlay profile (default ./NAME-OBJECTIVE.yaml)")
+        Path | None,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="overlay profile (default ./NAME-OBJECTIVE.yaml)"
+        ),
     ] = None,
     no_write: Annotated[bool, typer.Option("--no-write", help="search and print; write no overlay")] = False,
     json_: JsonOpt = False,
@@ -301,7 +758,14 @@ def calibrate_search_cmd(
     )
 
 
-@app.command("serve")
+@app.command(
+    "serve",
+    cls=Command,
+    epilog="""
+        glmlaunch serve -p turnkey                                     # the container entrypoint
+        glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # what it would run; starts nothing
+    """,
+)
 def serve_cmd(
     profile: ProfileOpt = None,
     set_: SetOpt = None,
@@ -309,7 +773,7 @@ def serve_cmd(
         list[str] | None,
         typer.Argument(
             help="extra `vllm serve` arguments, after --; flags glmlaunch manages are refused",
-            metavar="[-- VLLM_ARGS...]",
+            metavar="[-- VLLM_ARG...]",
             show_default=False,
         ),
     ] = None,
@@ -321,10 +785,16 @@ def serve_cmd(
         bool, typer.Option("--skip-preflight", help="do not run the GPU preflight (stated on stderr)")
     ] = False,
     backend: Annotated[
-        str | None, typer.Option("--backend", help="preflight backend: auto, sparkinfer, b12x or replay")
+        str | None,
+        typer.Option(
+            "--backend", metavar="BACKEND", help="preflight backend: auto, sparkinfer, b12x or replay"
+        ),
     ] = None,
     vllm_bin: Annotated[
-        str | None, typer.Option("--vllm-bin", help="vllm executable (default: $GLMLAUNCH_VLLM_BIN, PATH)")
+        str | None,
+        typer.Option(
+            "--vllm-bin", metavar="PATH", help="vllm executable (default: $GLMLAUNCH_VLLM_BIN, PATH)"
+        ),
     ] = None,
     inventory: InventoryOpt = None,
 ) -> None:
@@ -350,28 +820,44 @@ def serve_cmd(
 # --- plan / audit / diff (the allocation ledger and the memory budget) ---------------------------
 GpuMemoryOpt = Annotated[
     str | None,
-    typer.Option("--gpu-memory", help="device memory per GPU, e.g. 96GiB (default: the profile's)"),
+    typer.Option(
+        "--gpu-memory",
+        metavar="SIZE",
+        help="device memory per GPU, with a unit, e.g. 96GiB (default: the profile's)",
+    ),
 ]
 LibraryOpt = Annotated[
     str,
     typer.Option(
         "--library",
+        metavar="LIBRARY",
         help="where layouts come from: builtin (versioned table; default), b12x (import it, ~4 s), auto",
+        show_default=False,
     ),
 ]
 
 
-@app.command("plan")
+@app.command(
+    "plan",
+    cls=Command,
+    epilog="""
+        glmlaunch plan -p turnkey
+        glmlaunch plan -p gate --set comm.dcp_a2a_max_tokens=16 --gpu-memory 96GiB
+        glmlaunch plan -p turnkey --explain dcp_a2a.slab.capture
+        glmlaunch plan -p turnkey --svg turnkey.svg --json
+    """,
+)
 def plan_cmd(
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     gpu_memory: GpuMemoryOpt = None,
     json_: JsonOpt = False,
     explain: Annotated[
-        str | None, typer.Option("--explain", help="show one ledger entry's formula with its values")
+        str | None,
+        typer.Option("--explain", metavar="ENTRY", help="show one ledger entry's formula with its values"),
     ] = None,
     svg: Annotated[
-        Path | None, typer.Option("--svg", help="also write the per-GPU memory map as SVG")
+        Path | None, typer.Option("--svg", metavar="FILE", help="also write the per-GPU memory map as SVG")
     ] = None,
     library: LibraryOpt = "builtin",
 ) -> None:
@@ -383,7 +869,13 @@ def plan_cmd(
     render_plan(result, as_json=json_, explain=explain, svg=svg)
 
 
-@app.command("audit")
+@app.command(
+    "audit",
+    cls=Command,
+    epilog="""
+        glmlaunch audit -p gate
+    """,
+)
 def audit_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """What is allocated but unread or mostly unused, with bytes recoverable per rank and the fix."""
     from glmlaunch.plan.audit import run_audit
@@ -393,11 +885,23 @@ def audit_cmd(profile: ProfileOpt = None, set_: SetOpt = None, json_: JsonOpt = 
     render_audit(result, found, as_json=json_)
 
 
-@app.command("diff")
+@app.command(
+    "diff",
+    cls=Command,
+    epilog="""
+        glmlaunch diff gate turnkey
+        glmlaunch diff turnkey --set comm.single_channel=true
+    """,
+)
 def diff_cmd(
-    a: Annotated[str, typer.Argument(help="left profile")],
+    a: Annotated[str, typer.Argument(metavar="A", autocompletion=_complete_profile, help="left profile")],
     b: Annotated[
-        str | None, typer.Argument(help="right profile (default: A again, with --set applied)")
+        str | None,
+        typer.Argument(
+            metavar="B",
+            autocompletion=_complete_profile,
+            help="right profile (default: A again, with --set applied)",
+        ),
     ] = None,
     set_: SetOpt = None,
     gpu_memory: GpuMemoryOpt = None,
@@ -410,31 +914,88 @@ def diff_cmd(
     render_diff(run_diff(a, b, set_ or [], gpu_memory=gpu_memory), as_json=json_)
 
 
+# --- running it ------------------------------------------------------------------------------------------
 def _fail(exc: GlmlaunchError) -> NoReturn:
     # one_line() already hides the value of a secret-named key; mask_secrets hides every other secret.
     lines = exc.all_lines() if hasattr(exc, "all_lines") else [exc.one_line()]
     for line in lines:
-        sys.stderr.write(f"error: {printable(mask_secrets(line))}\n")
+        _error(line)
     raise SystemExit(int(exc.exit_code))
+
+
+def _error(line: str) -> None:
+    sys.stderr.write(f"error: {printable(mask_secrets(line))}\n")
+    sys.stderr.flush()
+
+
+def _usage_error(exc: UsageError) -> NoReturn:
+    """click's three-line "Usage: … Try … Error: …" as one ``error:`` line with the way to the help."""
+    message = " ".join(exc.format_message().split())  # "Choose from:\n\t…" included, on one line
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    path = exc.ctx.command_path if exc.ctx is not None else PROG
+    _error(f"{message.rstrip('.')}; hint: `{path} -h` shows the usage")
+    raise SystemExit(int(ExitCode.CONFIG))
+
+
+def _completion_flag_values(args: list[str]) -> list[str]:
+    """``--show-completion`` / ``--install-completion`` without a shell mean the current shell (Typer's
+    form); click options cannot take an optional value, so the missing value is supplied here."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "--":  # root options end at the command name
+            return out + args[i:]
+        out.append(arg)
+        if arg in ("--show-completion", "--install-completion") and (
+            i + 1 == len(args) or args[i + 1].startswith("-")
+        ):
+            out.append("auto")
+    return out
 
 
 def main() -> None:
     reset_secrets()  # the secrets of this run only (main may run many times in one process, as in tests)
+    set_quiet(False)
+    if COMPLETE_VAR in os.environ:
+        # A completion script asks for candidates; Typer registers its bash/zsh/fish/pwsh protocol only
+        # with add_completion=True, which would also add its own --show-completion (replaced above).
+        from typer._completion_classes import completion_init
+
+        completion_init()
     try:
-        app()
+        code = app(args=_completion_flag_values(sys.argv[1:]), prog_name=PROG, standalone_mode=False)
     except GlmlaunchError as exc:
         if debug_enabled():
             raise
         _fail(exc)
+    except NoArgsIsHelpError as exc:
+        # `glmlaunch calibrate`: the group's help is the answer, as for a bare `glmlaunch`
+        sys.stdout.write(exc.ctx.get_help() + "\n" if exc.ctx is not None else "")
+        raise SystemExit(0) from None
+    except UsageError as exc:
+        _usage_error(exc)
+    except ClickException as exc:
+        _error(exc.format_message())
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        _error("aborted")
+        raise SystemExit(int(ExitCode.INTERNAL)) from None
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        _error("interrupted")
         raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     except BrokenPipeError:
-        # `glmlaunch plan --json | head` closes the pipe early; that is not an error. Point stdout at
-        # /dev/null so the interpreter's final flush cannot fail again (Python's documented recipe).
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         raise SystemExit(0) from None
+    except Exception as exc:
+        # A bug: one line in the same style, the traceback only when asked for (README: exit code 1).
+        if debug_enabled():
+            raise
+        _error(
+            f"internal error: {type(exc).__name__}: {exc}; hint: run again with GLMLAUNCH_DEBUG=1 for the "
+            "traceback, and report it"
+        )
+        raise SystemExit(int(ExitCode.INTERNAL)) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

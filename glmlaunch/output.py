@@ -1,6 +1,9 @@
 """Where output goes, and secret masking.
 
 stdout carries data only (tables, JSON, export lines); messages, warnings and progress go to stderr.
+Every stderr line is a plain note (:func:`note`), ``warning: …`` (:func:`warn`) or ``error: …`` (the CLI's
+one error path); ``--quiet`` / ``GLMLAUNCH_QUIET=1`` silences notes and :func:`progress`, never warnings or
+errors (:func:`is_quiet`).
 
 One masking path: every printed string passes through :func:`mask_secrets` (messages, tables through the
 rich consoles, JSON strings before they are serialised) so a token never reaches a terminal or a log:
@@ -23,10 +26,11 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
-from glmlaunch.config.registry import GLMLAUNCH_DEBUG, NO_COLOR
+from glmlaunch.config.registry import GLMLAUNCH_DEBUG, GLMLAUNCH_QUIET, NO_COLOR
 from glmlaunch.errors import MASK as MASK
 from glmlaunch.errors import SECRET_MARKERS as SECRET_MARKERS
 from glmlaunch.errors import ConfigError
@@ -323,8 +327,30 @@ def out_text(text: str) -> None:
     sys.stdout.flush()
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """``--quiet`` for this run (main() resets it: it may run many times in one process, as in tests)."""
+    global _quiet
+    _quiet = quiet
+
+
+def is_quiet() -> bool:
+    """Whether notes and progress are silenced (``--quiet`` or ``GLMLAUNCH_QUIET=1``).
+
+    Quiet keeps warnings and errors: a warning is something the operator has to act on or accept, and
+    scripts that want silence for the routine narration (which record is used, what was written, each
+    preflight rank's progress) should not lose the one line that explains a surprising result.
+    """
+    return _quiet or os.environ.get(GLMLAUNCH_QUIET, "").strip().lower() in _TRUE
+
+
 def note(message: str) -> None:
-    """A human message on stderr."""
+    """A human message on stderr (silenced by ``--quiet``)."""
+    if is_quiet():
+        return
     sys.stderr.write(printable(mask_secrets(message)) + "\n")
     sys.stderr.flush()
 
@@ -338,4 +364,45 @@ def warn(message: str) -> None:
 
 
 def debug_enabled() -> bool:
-    return os.environ.get(GLMLAUNCH_DEBUG, "").strip().lower() in {"1", "true", "yes", "on"}
+    return os.environ.get(GLMLAUNCH_DEBUG, "").strip().lower() in _TRUE
+
+
+_SPINNER = "|/-\\"
+
+
+@contextmanager
+def progress(message: str, *, after: float = 1.0) -> Iterator[None]:
+    """A spinner with ``message`` on stderr while the block runs longer than ``after`` seconds.
+
+    Only on a terminal (a log or a pipe gets no carriage-return animation) and never under ``--quiet``;
+    the line is erased when the block ends, so what follows starts on a clean line. The spinner runs in
+    a daemon thread: the block itself (an import, a search) need not cooperate.
+    """
+    if is_quiet() or not sys.stderr.isatty():
+        yield
+        return
+    import threading
+
+    text = printable(mask_secrets(message))
+    done = threading.Event()
+
+    def spin() -> None:
+        if done.wait(after):
+            return
+        frame = 0
+        while True:
+            sys.stderr.write(f"\r{_SPINNER[frame % len(_SPINNER)]} {text}")
+            sys.stderr.flush()
+            frame += 1
+            if done.wait(0.1):
+                break
+        sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
+
+    thread = threading.Thread(target=spin, name="glmlaunch-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

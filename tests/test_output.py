@@ -70,3 +70,93 @@ def test_non_finite_numbers_are_refused_with_the_key() -> None:
         json_text({"a": {"b": [1.0, float("nan")]}})
     assert info.value.key == "a.b[1]" and int(info.value.exit_code) == 2
     assert json_text({"x": "boot-\udcff.log"}) == '{\n  "x": "boot-\\\\xff.log"\n}'
+
+
+# --- --quiet and progress ----------------------------------------------------------------------------
+
+
+def test_quiet_silences_notes_not_warnings(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from glmlaunch.output import note, set_quiet, warn
+
+    try:
+        set_quiet(True)
+        note("using the rig defaults")
+        warn("capture sizes above the decode window")
+    finally:
+        set_quiet(False)
+    assert capsys.readouterr().err == "warning: capture sizes above the decode window\n"
+    monkeypatch.setenv("GLMLAUNCH_QUIET", "1")
+    note("still quiet through the environment")
+    monkeypatch.setenv("GLMLAUNCH_QUIET", "0")
+    note("heard")
+    assert capsys.readouterr().err == "heard\n"
+
+
+_SPIN = """
+import sys, time
+from glmlaunch.output import progress
+with progress("importing b12x", after={after}):
+    time.sleep({sleep})
+sys.stderr.write("done\\n")
+"""
+
+
+def _stderr_on_a_terminal(code: str, env: dict[str, str]) -> str:
+    """Run ``code`` with stderr on a pseudo-terminal (as in an interactive shell); what it wrote there."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            stderr=slave,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            timeout=60,
+            check=True,
+        )
+        assert proc.returncode == 0
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the writer side is closed and drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks).decode()
+    finally:
+        os.close(master)
+
+
+def test_progress_spins_on_a_terminal_only_when_slow(clean_env: dict[str, str]) -> None:
+    env = clean_env
+    slow = _stderr_on_a_terminal(_SPIN.format(after=0.2, sleep=1.0), env)
+    assert "\r| importing b12x" in slow and "\r/ importing b12x" in slow
+    assert slow.endswith("\r\x1b[2Kdone\r\n")  # the line is erased before what follows
+    fast = _stderr_on_a_terminal(_SPIN.format(after=5, sleep=0.1), env)
+    assert fast == "done\r\n"
+    quiet = _stderr_on_a_terminal(_SPIN.format(after=0.2, sleep=1.0), dict(env, GLMLAUNCH_QUIET="1"))
+    assert quiet == "done\r\n"
+
+
+def test_progress_writes_nothing_into_a_pipe_or_log(clean_env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-c", _SPIN.format(after=0.1, sleep=0.5)],
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert res.stderr == "done\n"
