@@ -35,7 +35,7 @@ OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "inventori
 BASE_NAME = "rtxpro6000x4.json"
 
 # Usable memory as cudaMemGetInfo reports it on this card: 95.01 GiB in the vLLM boot logs
-# (memory-model.md §6); CUDA totals are whole MiB.
+# (docs/memory-model.md §6); CUDA totals are whole MiB.
 USABLE = 97_290 * MIB
 # NVML's total as nvidia-smi prints it for the 96 GB card (97,887 MiB); the driver reserve is the rest.
 # On the captured H200s NVML total - reserved equals cudaMemGetInfo's total to the byte.

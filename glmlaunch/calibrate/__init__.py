@@ -3,7 +3,7 @@
 Modules, one concern each (import the one you need; this package imports nothing heavy):
 
 * :mod:`~glmlaunch.calibrate.terms`: :class:`CalibratedTerms`, the per-rank terms (standard library only).
-* :mod:`~glmlaunch.calibrate.logs`: the boot-log parser (per worker rank, every memory-model.md §6 line).
+* :mod:`~glmlaunch.calibrate.logs`: the boot-log parser (per worker rank, every docs/memory-model.md §6 line).
 * :mod:`~glmlaunch.calibrate.fingerprint`: what a record is keyed by, and why two keys differ.
 * :mod:`~glmlaunch.calibrate.records`: a record (one boot) and the terms derived from it.
 * :mod:`~glmlaunch.calibrate.store`: records under the cache directory (atomic, locked) and lookup.

@@ -1,6 +1,7 @@
 """Parse real vLLM boot logs into per-rank memory observations.
 
-Input: the text of one or more boot logs (the composed r14 vLLM tree; memory-model.md §6 lists the lines).
+Input: the text of one or more boot logs (the composed r14 vLLM tree; docs/memory-model.md §6 lists the
+lines).
 Every worker line carries a prefix such as
 ``(Worker_TP1_DCP1 pid=4242) INFO 11-28 10:15:32 [gpu_worker.py:312]``;
 EngineCore lines carry ``(EngineCore_DP0 pid=…)``. Real logs are messy, so the parser

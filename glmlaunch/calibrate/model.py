@@ -1,6 +1,6 @@
 """Term models: what a boot of configuration A says about a plan of configuration B.
 
-A boot log states vLLM's budget terms whole (memory-model.md §6): W, P, N, G_e and T - F0. The ledger
+A boot log states vLLM's budget terms whole (docs/memory-model.md §6): W, P, N, G_e and T - F0. The ledger
 itemizes what it can compute exactly for any configuration (pools, channels, DMA slab, indexer plans, EXL3
 arenas, the DCP transient). What is left of each term, the *residual* ``observed - itemized``, is modelled
 as a small linear function of the knobs that plausibly move it:
@@ -138,7 +138,7 @@ def checkpoint_key(cfg: DeploymentConfig) -> str:
     return f"{path}{rev} tp{cfg.parallel.tp}"
 
 
-# GLM-5.2 config.json (memory-model.md §7): 3 dense layers, 256 routed experts of intermediate size 2048.
+# GLM-5.2 config.json (docs/memory-model.md §7): 3 dense layers, 256 routed experts of intermediate size 2048.
 GLM52_DENSE_LAYERS = 3
 GLM52_ROUTED_EXPERTS = 256
 GLM52_MOE_INTERMEDIATE = 2048

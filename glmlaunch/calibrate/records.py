@@ -1,6 +1,6 @@
 """A calibration record: one parsed boot, its fingerprint, and the per-rank terms derived from it.
 
-Derivation (memory-model.md §6), per worker rank:
+Derivation (docs/memory-model.md §6), per worker rank:
 
 * W from "Model loading took", P / N / graph-actual from the free-memory line, G_e from the MRV2 estimate
   line (or, when that line is absent, ``R - W - P - N - KV``), KV from "Available KV cache memory".

@@ -1,7 +1,7 @@
 """Residuals: what the ledger predicted, without calibration, against what each rank logged.
 
 The prediction uses the boot's own GMU and device total (from the log), so a residual measures the
-memory model, not a different setting. Terms (memory-model.md §6): W, P, N, G_e, the production graph
+memory model, not a different setting. Terms (docs/memory-model.md §6): W, P, N, G_e, the production graph
 memory against G_e, T - F0 (U_pre plus what others held), and KV; plus KV tokens from EngineCore.
 ``delta`` is logged - predicted: positive means the ledger under-predicted (the dangerous direction for
 every term but KV).

@@ -1,7 +1,7 @@
 """The calibrated memory terms of one GPU rank, as the ledger and the budget consume them.
 
 Standard library only, so ``glmlaunch.ledger`` can import it without pulling in the log parser or the store.
-Every field is bytes (``None`` when the boot did not tell us). Names follow memory-model.md §6:
+Every field is bytes (``None`` when the boot did not tell us). Names follow docs/memory-model.md §6:
 
 * ``weights_bytes`` W: "Model loading took X GiB".
 * ``activation_peak_bytes`` P: torch peak increase during the profile passes.

@@ -38,7 +38,7 @@ from glmlaunch.ledger import (
 )
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.context import Context, Draft, LibraryLayouts, fmt_int
-from glmlaunch.ledger.footprint import SMALL_SEGMENT, Packer, transient_peak
+from glmlaunch.ledger.footprint import PAGE, SMALL_SEGMENT, Packer, align, transient_peak
 from glmlaunch.ledger.model import Entry, Ledger, RankLedger
 from glmlaunch.ledger.terms import cached_terms, gate_bytes
 
@@ -159,11 +159,69 @@ _SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], t
     (dcp_prefill.entries, dcp_prefill.key),
 )
 
+
+def _topk_exchange_latent(ctx: Context) -> list[Draft]:
+    """The top-k exchange slab while ``query_split`` / ``topk_owner_merge`` are left unset.
+
+    Unset, glmlaunch exports neither ``VLLM_DCP_QUERY_SPLIT`` nor ``VLLM_DCP_TOPK_OWNER_MERGE`` and vLLM
+    reads its own default for both, ``0`` (the composed trees declare them ``bool(int(getenv(..., "0")))``):
+    nothing allocates the slab, so charging it would be wrong and a note on every plan would be noise. What
+    can still turn it on is outside the configuration: the caller's environment carrying either variable
+    (the old launchers' ``auto`` resolved both to 1 at DCP > 1). That is a latent hazard, with its size.
+    """
+    cfg, k = ctx.config, ctx.k
+    if not topk_exchange.undecided(cfg) or cfg.parallel.dcp not in k.dcp_topk_world_sizes:
+        return []
+    rows = topk_exchange.rows(cfg)
+    topk = cfg.model.geometry.index_topk
+    if ctx.lib is not None:
+        slab = ctx.lib.dcp_topk_slab_bytes(world_size=cfg.parallel.dcp, max_rows=rows, topk=topk)
+    else:
+        slab = topk_exchange.slab_bytes(signal_bytes=k.dcp_topk_signal_bytes, rows=rows, topk=topk)
+    return [
+        Draft(
+            name="dcp_topk.slab",
+            subsystem="topk_exchange",
+            requested_bytes=slab,
+            count=1,
+            kind="ipc",
+            lifetime="profiled",
+            condition=(
+                f"DCP {cfg.parallel.dcp}: only if dcp_policy.query_split or topk_owner_merge is set to true "
+                "(unset: vLLM's default, off)"
+            ),
+            reader="DCP indexer top-k owner merge (latent)",
+            formula=(
+                f"A256(signal) + 2 * A256(8 * R * K) = A256({fmt_int(k.dcp_topk_signal_bytes)}) + 2 * "
+                f"A256(8 * {rows} * {topk}) = {fmt_int(slab)}"
+            ),
+            origin="estimate",
+            alloc="ipc",
+            note=(
+                "latent: unset, neither VLLM_DCP_QUERY_SPLIT nor VLLM_DCP_TOPK_OWNER_MERGE is exported "
+                "and vLLM defaults both to 0; a caller's environment that sets either to 1 reaches vLLM "
+                "unchanged and allocates this slab (set the two settings explicitly to make the plan "
+                "charge it)"
+            ),
+        )
+    ]
+
+
 #: hazards a code path could allocate but the configuration does not charge (listed under ``latent``)
 _LATENT: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
     (paged_logits.latent, paged_logits.key),
     (dcp_prefill.latent, dcp_prefill.key),
+    (_topk_exchange_latent, topk_exchange.key),
 )
+
+
+def _latent_footprint(d: Draft, expandable: bool) -> int:
+    # A latent entry is priced alone, as if it were the next allocation of its kind: a slab in whole
+    # cudaMalloc pages, a transient at its torch peak.
+    if d.alloc == "ipc":
+        return d.count * align(d.requested_bytes, PAGE)
+    return transient_peak(d.pieces, expandable=expandable)
+
 
 # Calibration searches evaluate thousands of configurations that differ in a few knobs. Each subsystem's
 # drafts are a pure function of the few settings its ``key`` names, so they are memoized on that key; the
@@ -213,18 +271,9 @@ def _assemble(
     latent_drafts: tuple[Draft, ...] = ()
     for fn, key in _LATENT:
         latent_drafts += _drafts(fn, key(ctx), ctx)
-    latent = tuple(_entry(d, transient_peak(d.pieces, expandable=expandable)) for d in latent_drafts)
+    latent = tuple(_entry(d, _latent_footprint(d, expandable)) for d in latent_drafts)
     config, k = ctx.config, ctx.k
     notes: list[str] = []
-    if topk_exchange.undecided(config):
-        r = topk_exchange.rows(config)
-        size = topk_exchange.slab_bytes(
-            signal_bytes=k.dcp_topk_signal_bytes, rows=r, topk=config.model.geometry.index_topk
-        )
-        notes.append(
-            f"dcp_policy.query_split / topk_owner_merge are left to the library's automatic choice: "
-            f"if it turns either on, a {fmt_int(size)} B top-k exchange slab is added (set them explicitly)"
-        )
     w, d = config.parallel.tp, config.parallel.dcp
     if config.comm.pcie_allreduce and w > 1 and w not in k.oneshot_world_sizes:
         notes.append(f"no one-shot pool: TP {w} is not a one-shot world size {k.oneshot_world_sizes}")

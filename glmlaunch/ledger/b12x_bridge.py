@@ -1,6 +1,7 @@
 """Take constants, comm layouts and the indexer planner from an installed ``b12x``.
 
-Imported only when ``--library b12x|auto`` asks (importing b12x costs ~4 s and pulls torch and triton).
+Imported only when ``--library b12x|auto`` asks (importing b12x costs ~3-4 s and pulls torch and triton;
+a terminal shows a spinner on stderr meanwhile).
 Everything here runs on a CPU-only machine:
 
 * constants: ``pcie_oneshot`` (``_SIGNAL_BYTES``, ``DEFAULT_RANK_DATA_BYTES``, ``IPC_SLAB_ALIGNMENT``),
@@ -268,11 +269,20 @@ def _indexer_plan(
     return nbytes, route
 
 
+#: what the terminal shows while b12x imports (torch, triton and the CUDA DSL: ~3 s on a warm cache)
+IMPORT_MESSAGE = "importing b12x (torch, triton) for its layouts and planners…"
+
+
 @lru_cache(maxsize=1)
 def _modules() -> dict[str, Any] | None:
+    # The import is the slow part of `--library b12x`: without a sign of life the command looks hung.
+    # progress() draws only on a terminal, after a second, and erases itself; a pipe or a log gets nothing.
+    from glmlaunch.output import progress
+
     try:
-        from b12x.attention.dsa_indexer import fused_indexer, paged, scratch
-        from b12x.comm.pcie import pcie_dcp_a2a, pcie_dcp_topk, pcie_dma, pcie_oneshot
+        with progress(IMPORT_MESSAGE):
+            from b12x.attention.dsa_indexer import fused_indexer, paged, scratch
+            from b12x.comm.pcie import pcie_dcp_a2a, pcie_dcp_topk, pcie_dma, pcie_oneshot
     except Exception:  # any import failure (missing torch, triton, CUDA DSL) means "not available"
         return None
     return {

@@ -1,4 +1,4 @@
-"""vLLM's KV budget and the steady-state margin per GPU rank (memory-model.md §6).
+"""vLLM's KV budget and the steady-state margin per GPU rank (docs/memory-model.md §6).
 
 ```
 F0     = T - U_oth - U_pre          free memory at vLLM's init snapshot

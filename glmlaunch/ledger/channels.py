@@ -1,4 +1,4 @@
-"""How many channels each PCIe pool holds, and where vLLM's budget sees them (memory-model.md §5).
+"""How many channels each PCIe pool holds, and where vLLM's budget sees them (docs/memory-model.md §5).
 
 With ``single_channel=False`` every entry into a pool's ``capture()`` mints a channel that lives until the
 pool closes; vLLM enters one capture context per cudagraph-manager pass, not per capture size.

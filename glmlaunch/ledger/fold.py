@@ -1,4 +1,4 @@
-"""Two-level fold candidate slab of ``index_topk_fp8`` (memory-model.md §4): a per-call transient.
+"""Two-level fold candidate slab of ``index_topk_fp8`` (docs/memory-model.md §4): a per-call transient.
 
 Used when the context is >= 2 x 16,384 tokens, the output is logical (vLLM asks for physical slots only at
 DCP 1), the fold is not off, and in ``auto`` mode only while ``R * (T*K*8 + 4)`` fits the budget

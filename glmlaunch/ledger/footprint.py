@@ -1,6 +1,7 @@
 """Device footprint of requested bytes: cudaMalloc pages and torch caching-allocator segments.
 
-The rules are the measured driver and allocator facts of memory-model.md §1 (H200, driver 580, torch 2.11):
+The rules are the measured driver and allocator facts of docs/memory-model.md §1 (H200, driver 580,
+torch 2.11):
 
 * ``cudaMalloc`` commits whole 2 MiB pages; small IPC slabs are sub-allocated inside a 2 MiB chunk the
   driver already committed (the first small cudaMalloc costs a page, later ones often cost nothing).
@@ -14,7 +15,7 @@ The rules are the measured driver and allocator facts of memory-model.md §1 (H2
   exchange) opens a 2 MiB small segment and its 8 MiB ``rank_data`` a whole 20 MiB segment. Measured with
   the real r12 library on 2x H200 (bench/preflight/h200x2-gate-sparkinfer-warm.json): 22 MiB of torch
   reserve per pass, 32 MiB with its slabs; a replay on one stream packed two passes into one segment
-  instead (memory-model.md §1). The driver's cudaMalloc sub-allocation is per device, not per stream.
+  instead (docs/memory-model.md §1). The driver's cudaMalloc sub-allocation is per device, not per stream.
 
 Allocations are packed in creation order (the ledger's lifetime order), so a later allocation that fits
 in space an earlier one left on the same stream (or, for cudaMalloc, anywhere on the device) costs

@@ -1,4 +1,4 @@
-"""Paged sparse-indexer scratch plans in vLLM's shared workspace arena (memory-model.md §3).
+"""Paged sparse-indexer scratch plans in vLLM's shared workspace arena (docs/memory-model.md §3).
 
 vLLM reserves two plans per workspace lane: decode at the capture row count and prefill at
 ``profile_q_rows = min(q_rows, VLLM_SPARSE_INDEXER_MAX_LOGITS_MB * 2^20 / 4 / S)``. The arena is grow-only

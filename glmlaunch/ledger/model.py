@@ -3,13 +3,13 @@
 An :class:`Entry` is one named allocation (or a group of identical ones, ``count``) a GPU rank makes.
 ``requested_bytes`` is per instance and exact where the formula is; ``device_bytes`` is the total
 footprint of all ``count`` instances after cudaMalloc 2 MiB pages or torch caching-allocator segment
-rounding, modelled per memory-model.md §1 (the preflight measures it).
+rounding, modelled per docs/memory-model.md §1 (the preflight measures it).
 
 ``kind`` says which counter sees the bytes: ``ipc`` (cudaMalloc + IPC export: NVML only), ``torch``
 (caching allocator), ``workspace`` (a view in vLLM's grow-only arena), ``transient`` (allocated and freed
 inside one op call: peak only), ``driver`` (CUDA context and NCCL internals: NVML only).
 
-``lifetime`` places the bytes in vLLM's budget (memory-model.md §6): ``pre-snapshot`` (U_pre),
+``lifetime`` places the bytes in vLLM's budget (docs/memory-model.md §6): ``pre-snapshot`` (U_pre),
 ``profiled`` (P or N), ``graph-estimated`` (G_e), ``unbudgeted`` (X), or ``budget-term`` for the two
 entries that are budget terms of their own (weights W and the KV cache).
 """

@@ -1,6 +1,6 @@
 """One-shot all-reduce pool (``OneshotAllReducePool``): a channel slab and an 8 MiB ``rank_data`` per channel.
 
-Slab (memory-model.md §2 #1): ``A256(S1) + A256(E') + E'`` with ``E' = E * shards``; vLLM passes
+Slab (docs/memory-model.md §2 #1): ``A256(S1) + A256(E') + E'`` with ``E' = E * shards``; vLLM passes
 ``E = max(VLLM_PCIE_ONESHOT_ALLREDUCE_MAX_SIZE, VLLM_PCIE_ONESHOT_FUSED_ADD_RMS_NORM_MAX_SIZE, 16)``.
 On sparkinfer r12 the eager slot holds one shard per source rank only in push mode; b12x 1.5 also
 reserves them by default on its topology transports (TP2 plain peer-push adds 2 incoming shards, TP8

@@ -4,9 +4,9 @@ Defaults are measurements, marked ``default`` and replaced by calibration. Where
 disagree the default takes the larger one: U_pre is subtracted from F0, so an overestimate errs towards
 refusing, never towards an OOM.
 
-* CUDA context: 651 MiB per process (memory-model.md §1, H200, driver 580); the preflight measured 527 MiB
-  (552,402,944 B) on 2x and 1x H200 with torch 2.11 + CUDA 13.0 (bench/PREFLIGHT.md). Default 651 MiB.
-* NCCL TP communicator: 842 MiB per rank (memory-model.md §1, 2 ranks over NVLink, first all-reduce
+* CUDA context: 651 MiB per process (docs/memory-model.md §1, H200, driver 580); the preflight measured
+  527 MiB (552,402,944 B) on 2x and 1x H200 with torch 2.11 + CUDA 13.0 (bench/PREFLIGHT.md). Default 651 MiB.
+* NCCL TP communicator: 842 MiB per rank (docs/memory-model.md §1, 2 ranks over NVLink, first all-reduce
   included); the preflight measured 936 MiB (981,467,136 B: init + first all-reduce +
   ``broadcast_object_list``, torch excluded) at 2 ranks over NVLink and 650 MiB at 1 rank. Default 936 MiB.
 * NCCL DCP communicator: vLLM builds the DCP group as a group of its own with its own communicator, even
@@ -77,8 +77,8 @@ def entries(ctx: Context) -> list[Draft]:
             name="runtime.cuda_context",
             key="cuda_context_bytes",
             default=CUDA_CONTEXT_DEFAULT,
-            default_formula="651 * 1024 * 1024 (default: memory-model.md §1 on H200, driver 580.159; the "
-            "preflight measured 527 MiB on 2x H200, torch 2.11 + CUDA 13.0: the larger is kept)",
+            default_formula="651 * 1024 * 1024 (default: docs/memory-model.md §1 on H200, driver 580.159; "
+            "the preflight measured 527 MiB on 2x H200, torch 2.11 + CUDA 13.0: the larger is kept)",
             lifetime="pre-snapshot",
             condition="always (one process per GPU)",
             reader="CUDA driver",
@@ -92,7 +92,7 @@ def entries(ctx: Context) -> list[Draft]:
                 key="nccl_bytes",
                 default=NCCL_DEFAULT,
                 default_formula="936 * 1024 * 1024 (default: TP communicator measured by the preflight at 2 "
-                "ranks over NVLink, init + first all-reduce + broadcast_object_list; memory-model.md §1 "
+                "ranks over NVLink, init + first all-reduce + broadcast_object_list; docs/memory-model.md §1 "
                 "quotes 842 MiB, 1 rank 650 MiB: the larger is kept; PCIe and 4 ranks differ: calibrate)",
                 lifetime="pre-snapshot",
                 condition=f"TP {cfg.parallel.tp} > 1 (the TP group's NCCL communicator)",

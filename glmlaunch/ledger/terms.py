@@ -1,4 +1,4 @@
-"""vLLM's budget terms (memory-model.md §6) summed from a rank's entries."""
+"""vLLM's budget terms (docs/memory-model.md §6) summed from a rank's entries."""
 
 from __future__ import annotations
 

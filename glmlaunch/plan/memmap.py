@@ -4,14 +4,19 @@ Segments, in address-free "stacking" order: other processes, runtime (CUDA conte
 weights, PCIe comm pools (IPC slabs and ``rank_data``), indexer workspace, activations and the graph
 pool, KV cache, unbudgeted (X), and the margin that is left. Weights dominate a 96 GB card, so each map
 has two bars: the whole GPU, and a zoom on everything but the weights.
+
+The map adds up to the verdict's budget, not to the ledger's item sum: the budget's P, N and G_e are
+peaks (measured or calibrated), smaller or larger than the itemized entries, so the "activations +
+graphs" segment is what the budget holds besides the itemized runtime, pools and workspace, and the
+margin segment is the verdict's margin. A negative margin is drawn as an overrun past the device's end.
 """
 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -45,6 +50,9 @@ _SEGMENTS: tuple[tuple[str, str, str, str, str], ...] = (
     ("unbudgeted", "unbudgeted (X)", "#f44336", "red", "X"),
     ("margin", "margin", "#e0e0e0", "white", "."),
 )
+#: verdict status -> SVG colour of the verdict line (the terminal uses the same hues)
+STATUS_COLOURS = {"ok": "#2e7d32", "below-margin": "#b26a00", "oom-risk": "#c62828", "refused": "#c62828"}
+_OVERRUN = "#b00020"
 
 
 def _category(e: Entry) -> str:
@@ -64,18 +72,63 @@ def _category(e: Entry) -> str:
 
 
 def segments(rank: RankLedger, budget: Budget) -> tuple[Segment, ...]:
+    """The rank's memory by category; the categories add up to T and the margin is the budget's."""
     sums = dict.fromkeys((s[0] for s in _SEGMENTS), 0)
-    sums["others"] = budget.used_by_others
     for e in rank.entries:
         sums[_category(e)] += e.device_bytes
-    if budget.kv != sums["kv"]:
-        sums["kv"] = budget.kv  # the budget may have been computed for another T than the ledger's KV entry
-    used = sum(v for k, v in sums.items() if k != "margin")
-    sums["margin"] = budget.total - used
+    sums["others"] = budget.used_by_others
+    sums["weights"], sums["kv"], sums["unbudgeted"] = budget.w, budget.kv, budget.x
+    # U_pre + P + N + G_e is what the budget holds besides W, KV and X; the itemized runtime, pools and
+    # workspace are part of it, and the rest is the activations' and graphs' share. When the budget's
+    # (calibrated) terms are below the itemization, the itemized segments give way, last built first.
+    held = budget.u_pre + budget.p + budget.n + budget.g_e
+    rest = held - sums["runtime"] - sums["pools"] - sums["workspace"]
+    sums["activations"] = max(rest, 0)
+    short = max(-rest, 0)
+    for key in ("workspace", "pools", "runtime"):
+        take = min(short, sums[key])
+        sums[key] -= take
+        short -= take
+    sums["margin"] = budget.margin
     return tuple(
         Segment(key, label, sums[key], color, f"black on {style}", letter)
         for key, label, color, style, letter in _SEGMENTS
     )
+
+
+def _zoom(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    return tuple(s for s in segs if s.key not in ("weights", "others"))
+
+
+def rank_groups(ranks: Sequence[RankLedger]) -> list[tuple[RankLedger, list[RankLedger]]]:
+    """Ranks with identical ledgers, grouped in rank order: each group is drawn (and tabled) once."""
+    groups: list[tuple[RankLedger, list[RankLedger]]] = []
+    for r in ranks:
+        for head, members in groups:
+            if head.entries == r.entries:
+                members.append(r)
+                break
+        else:
+            groups.append((r, [r]))
+    return groups
+
+
+def _span(numbers: Sequence[int]) -> str:
+    """``0–3`` for a run of consecutive numbers, else ``0, 2, 5``."""
+    ns = list(numbers)
+    if len(ns) > 2 and ns == list(range(ns[0], ns[0] + len(ns))):
+        return f"{ns[0]}\u2013{ns[-1]}"
+    return ", ".join(str(n) for n in ns)
+
+
+def group_label(members: Sequence[RankLedger]) -> str:
+    """``GPU 0 (rank 0)`` for one rank, ``ranks 0–3, GPUs 0–3`` for identical ranks drawn once."""
+    if len(members) == 1:
+        return f"GPU {members[0].gpu} (rank {members[0].rank})"
+    return f"ranks {_span([m.rank for m in members])}, GPUs {_span([m.gpu for m in members])}"
+
+
+# --- terminal --------------------------------------------------------------------------------------
 
 
 def _bar(segs: tuple[Segment, ...], width: int) -> Text:
@@ -98,8 +151,10 @@ def _bar(segs: tuple[Segment, ...], width: int) -> Text:
 
 
 def render_terminal(rank: RankLedger, budget: Budget, *, width: int = 72, title: str = "") -> RenderableType:
+    """The two bars and a legend; ``width`` is the bars' length in cells (the caller fits its terminal)."""
+    width = max(width, 10)
     segs = segments(rank, budget)
-    zoom = tuple(s for s in segs if s.key not in ("weights", "others"))
+    zoom = _zoom(segs)
     zoom_total = sum(max(s.nbytes, 0) for s in zoom)
     legend = Table(box=None, show_header=False, pad_edge=False)
     legend.add_column("")
@@ -111,7 +166,7 @@ def render_terminal(rank: RankLedger, budget: Budget, *, width: int = 72, title:
             continue
         legend.add_row(
             Text(f" {s.letter} ", style=s.style),
-            s.label,
+            s.label + (" (overrun)" if s.key == "margin" and s.nbytes < 0 else ""),
             format_size(s.nbytes),
             f"{100 * s.nbytes / budget.total:5.2f}%",
         )
@@ -125,80 +180,216 @@ def render_terminal(rank: RankLedger, budget: Budget, *, width: int = 72, title:
     )
 
 
-def _svg_bar(segs: tuple[Segment, ...], x: float, y: float, w: float, h: float) -> list[str]:
-    total = sum(max(s.nbytes, 0) for s in segs) or 1
+# --- SVG -------------------------------------------------------------------------------------------
+
+#: average advance of a sans-serif character, in px per px of font size (generous, so labels never spill)
+_CHAR_EM = 0.62
+
+
+def _text_px(text: str, size: float) -> float:
+    return len(text) * size * _CHAR_EM
+
+
+def _ink(fill: str) -> str:
+    """Black or white, whichever reads better on ``fill`` (#rrggbb)."""
+    r, g, b = (int(fill[i : i + 2], 16) for i in (1, 3, 5))
+    return "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#ffffff"
+
+
+@dataclass(frozen=True, slots=True)
+class SvgVerdict:
+    """What the map says about the verdict: the status (its colour), the headline, and the lines under it."""
+
+    status: str
+    headline: str
+    details: tuple[str, ...] = ()
+    findings: tuple[tuple[str, str], ...] = ()  # (kind "blocker" | "caution", text)
+
+
+def _svg_bar(
+    segs: tuple[Segment, ...], x: float, y: float, w: float, h: float, *, capacity: int, name: str
+) -> tuple[list[str], set[str], float]:
+    """One bar whose width ``w`` stands for ``capacity`` bytes.
+
+    Returns the SVG lines, the keys of the segments whose numbers are on the bar (the others go to the
+    group's legend line), and the bar's right end (past ``x + w`` when the segments overrun the
+    capacity: a negative margin).
+    """
+    # imported here: xml.sax.saxutils pulls in urllib.request, http.client and ssl (~7 ms of every
+    # `plan`, which draws the SVG only with --svg)
+    from xml.sax.saxutils import escape
+
+    scale = w / max(capacity, 1)
     out: list[str] = []
-    cursor = x
-    for s in segs:
-        if s.nbytes <= 0:
-            continue
-        sw = max(w * s.nbytes / total, 1.0)
-        tip = f"{s.label}: {format_size(s.nbytes)} ({s.nbytes:,} B)"
+    labelled: set[str] = set()
+    filled = 0
+    drawn = [s for s in segs if s.key != "margin" and s.nbytes > 0]
+    margin = capacity - sum(s.nbytes for s in drawn)
+    if margin > 0:
+        drawn += [replace(s, nbytes=margin) for s in segs if s.key == "margin"]
+    for s in drawn:
+        sx = x + scale * filled
+        sw = max(scale * s.nbytes, 1.0)  # visible, however small
+        size = format_size(s.nbytes)
+        tip = f"{s.label}: {size} ({s.nbytes:,} B)"
         out.append(
-            f'  <rect x="{cursor:.1f}" y="{y:.1f}" width="{sw:.1f}" height="{h:.1f}" fill="{s.color}">'
-            f"<title>{escape(tip)}</title></rect>"
+            f'  <rect class="segment" data-segment="{s.key}" data-bar="{name}" x="{sx:.1f}" y="{y:.1f}" '
+            f'width="{sw:.1f}" height="{h:.1f}" fill="{s.color}"><title>{escape(tip)}</title></rect>'
         )
-        cursor += sw
-    out.append(f'  <rect x="{x}" y="{y}" width="{w}" height="{h}" fill="none" stroke="#333"/>')
-    return out
-
-
-def svg(ranks: tuple[RankLedger, ...], budget: Budget, *, title: str) -> str:
-    """One SVG document: a whole-GPU bar and a zoom bar per rank, a legend, and the verdict."""
-    width, bar_w, x0 = 1000, 820, 150
-    row_h = 70
-    # Long titles and findings wrap to the picture's width (about 6.5 px per character at 12 px).
-    head, _, rest = title.partition(": ")
-    title_lines = [head + (":" if rest else ""), *textwrap.wrap(rest, 130)]
-    verdict = (
-        f"verdict: {budget.verdict} — margin {format_size(budget.margin)} (minimum "
-        f"{format_size(budget.min_margin)}), T = {format_size(budget.total)}"
+        # the number on the bar when it fits (with the segment's name when that fits too)
+        label = next((t for t in (f"{s.label} {size}", size) if _text_px(t, 11) + 6 <= sw), None)
+        if label is not None:
+            labelled.add(s.key)
+            out.append(
+                f'  <text class="bar-label" x="{sx + sw / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="11" '
+                f'text-anchor="middle" fill="{_ink(s.color)}">{escape(label)}</text>'
+            )
+        filled += s.nbytes
+    out.append(
+        f'  <rect class="device" data-bar="{name}" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
+        'fill="none" stroke="#333"/>'
     )
-    findings = [("#b00020", f"- {r}") for r in budget.reasons] + [
-        ("#b35900", f"! {c}") for c in budget.cautions
-    ]
-    finding_lines = [
-        (colour, line) for colour, f in findings for line in textwrap.wrap(f, 150, subsequent_indent="  ")
-    ]
-    top = 30 + 18 * len(title_lines) + 18 * (1 + len(finding_lines)) + 10
-    height = top + row_h * len(ranks) + 40 + 22 * len(_SEGMENTS) + 40
+    end = x + w
+    if filled > capacity:
+        over = filled - capacity
+        ow = max(scale * over, 2.0)
+        out.append(
+            f'  <rect class="overrun" data-bar="{name}" x="{end:.1f}" y="{y - 3:.1f}" width="{ow:.1f}" '
+            f'height="{h + 6:.1f}" fill="url(#overrun)" stroke="{_OVERRUN}" stroke-width="2">'
+            f"<title>{escape(f'overrun: {format_size(over)} ({over:,} B) more than the device holds')}"
+            "</title></rect>"
+        )
+        note = f"overrun {format_size(over)}"
+        out.append(
+            f'  <text class="overrun-label" x="{end + ow + 6:.1f}" y="{y + h / 2 + 4:.1f}" font-size="11" '
+            f'fill="{_OVERRUN}" font-weight="bold">{escape(note)}</text>'
+        )
+        end += ow + 6 + _text_px(note, 11)
+    return out, labelled, end
+
+
+def _wrap(text: str, px: float, size: float, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, max(int(px / (size * _CHAR_EM)), 20), subsequent_indent=indent) or [""]
+
+
+def svg(
+    ranks: tuple[RankLedger, ...], budget: Budget, *, title: str, verdict: SvgVerdict | None = None
+) -> str:
+    """One SVG document: the verdict, then per group of identical ranks a whole-GPU bar and a zoom bar
+    with the bytes on them, then the legend."""
+    from xml.sax.saxutils import escape, quoteattr  # see _svg_bar
+
+    x0, bar_w, bar_h = 170.0, 780.0, 24.0
+    base_w = 1000.0
+    verdict = verdict or SvgVerdict(budget.verdict, f"verdict: {budget.verdict}")
+    groups = rank_groups(ranks)
+    # Bars first (their overruns decide the picture's width), then the header above them.
+    body: list[str] = []
+    y = 0.0
+    right = x0 + bar_w
+    legend_segs: tuple[Segment, ...] = ()
+    for head, members in groups:
+        segs = segments(head, budget)
+        legend_segs = legend_segs or segs
+        zoom = _zoom(segs)
+        zoom_cap = budget.total - budget.used_by_others - budget.w
+        label = group_label(members)
+        body.append(
+            f'  <text class="group" x="20" y="{y + 17:.1f}" font-weight="bold">{escape(label)}</text>'
+        )
+        whole, on1, end1 = _svg_bar(segs, x0, y + 2, bar_w, bar_h, capacity=budget.total, name="whole")
+        body += whole
+        body.append(f'  <text x="20" y="{y + 46:.1f}" fill="#666">zoom, no weights</text>')
+        zoomed, on2, end2 = _svg_bar(zoom, x0, y + 32, bar_w, bar_h, capacity=zoom_cap, name="zoom")
+        body += zoomed
+        right = max(right, end1, end2)
+        # a negative margin is on the bars already, as the overrun
+        missing = [s for s in segs if s.nbytes > 0 and s.key not in on1 | on2]
+        y += 2 * bar_h + 14
+        if missing:
+            text = "not on the bars: " + "; ".join(f"{s.label} {format_size(s.nbytes)}" for s in missing)
+            for line in _wrap(text, bar_w, 11):
+                body.append(
+                    f'  <text class="bar-legend" x="{x0:.1f}" y="{y + 8:.1f}" font-size="11" '
+                    f'fill="#444">{escape(line)}</text>'
+                )
+                y += 14
+        y += 18
+    width = max(base_w, right + 20)
+
+    head_lines: list[str] = []
+    hy = 30.0
+    first, _, rest = title.partition(": ")
+    # bold text runs about 10 % wider than _CHAR_EM: wrap it as if it were a size larger
+    for i, line in enumerate(_wrap(first + (":" if rest else ""), width - 40, 18, "    ")):
+        style = ' font-size="16" font-weight="bold"' if i == 0 else ' font-size="14" font-weight="bold"'
+        head_lines.append(f'  <text class="title" x="20" y="{hy:.1f}"{style}>{escape(line)}</text>')
+        hy += 20
+    for line in _wrap(rest, width - 40, 13) if rest else []:
+        head_lines.append(
+            f'  <text class="subtitle" x="20" y="{hy:.1f}" font-size="13">{escape(line)}</text>'
+        )
+        hy += 18
+    hy += 10
+    colour = STATUS_COLOURS.get(verdict.status, "#333")
+    for line in _wrap(verdict.headline, width - 40, 22, "  "):
+        head_lines.append(
+            f'  <text class="verdict" data-status={quoteattr(verdict.status)} x="20" y="{hy:.1f}" '
+            f'font-size="20" font-weight="bold" fill="{colour}">{escape(line)}</text>'
+        )
+        hy += 26
+    for detail in verdict.details:
+        for line in _wrap(detail, width - 40, 12, "  "):
+            head_lines.append(f'  <text class="detail" x="20" y="{hy:.1f}" fill="#444">{escape(line)}</text>')
+            hy += 17
+    for kind, finding in verdict.findings:
+        mark, fill = ("- ", "#b00020") if kind == "blocker" else ("! ", "#b35900")
+        for line in _wrap(mark + finding, width - 40, 12, "  "):
+            head_lines.append(
+                f'  <text class="{kind}" x="20" y="{hy:.1f}" fill="{fill}">{escape(line)}</text>'
+            )
+            hy += 17
+    top = hy + 16
+
+    legend: list[str] = []
+    ly = top + y + 4
+    for s in legend_segs:
+        over = s.key == "margin" and s.nbytes < 0
+        fill = "url(#overrun)" if over else s.color
+        legend.append(f'  <rect x="20" y="{ly:.1f}" width="14" height="14" fill="{fill}" stroke="#333"/>')
+        text = f"{s.label}: {format_size(s.nbytes)} ({100 * s.nbytes / budget.total:.2f}% of GPU)"
+        text += " — overrun" if over else ""
+        legend.append(f'  <text class="legend" x="42" y="{ly + 12:.1f}">{escape(text)}</text>')
+        ly += 22
+    height = ly + 20
+
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-        f'  <rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="12">',
+        "  <defs>",
+        '    <pattern id="overrun" width="8" height="8" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)">',
+        f'      <rect width="8" height="8" fill="#ffcdd2"/><rect width="4" height="8" fill="{_OVERRUN}"/>',
+        "    </pattern>",
+        "  </defs>",
+        f'  <rect width="{width:.0f}" height="{height:.0f}" fill="#ffffff"/>',
+        *head_lines,
+        f'  <g transform="translate(0 {top:.1f})">',
+        *("  " + line for line in body),
+        "  </g>",
+        *legend,
+        "</svg>",
     ]
-    y = 28
-    for i, line in enumerate(title_lines):
-        style = ' font-size="16" font-weight="bold"' if i == 0 else ' font-size="13"'
-        lines.append(f'  <text x="20" y="{y}"{style}>{escape(line)}</text>')
-        y += 18
-    lines.append(f'  <text x="20" y="{y}" fill="#444">{escape(verdict)}</text>')
-    y += 18
-    for colour, line in finding_lines:
-        lines.append(f'  <text x="20" y="{y}" fill="{colour}">{escape(line)}</text>')
-        y += 18
-    y = top
-    for rank in ranks:
-        segs = segments(rank, budget)
-        zoom = tuple(s for s in segs if s.key not in ("weights", "others"))
-        lines.append(f'  <text x="20" y="{y + 16}">GPU {rank.gpu} (rank {rank.rank})</text>')
-        lines += _svg_bar(segs, x0, y + 2, bar_w, 22)
-        lines.append(f'  <text x="20" y="{y + 44}" fill="#666">zoom, no weights</text>')
-        lines += _svg_bar(zoom, x0, y + 30, bar_w, 22)
-        y += row_h
-    y += 20
-    segs0 = segments(ranks[0], budget)
-    for s in segs0:
-        lines.append(f'  <rect x="20" y="{y}" width="14" height="14" fill="{s.color}" stroke="#333"/>')
-        lines.append(
-            f'  <text x="42" y="{y + 12}">{escape(s.label)}: {escape(format_size(s.nbytes))} '
-            f"({100 * s.nbytes / budget.total:.2f}% of GPU)</text>"
-        )
-        y += 22
-    lines.append("</svg>")
     return "\n".join(lines) + "\n"
 
 
-def write_svg(path: Path, ranks: tuple[RankLedger, ...], budget: Budget, *, title: str) -> None:
-    write_text(path, svg(ranks, budget, title=title), key="--svg")
+def write_svg(
+    path: Path,
+    ranks: tuple[RankLedger, ...],
+    budget: Budget,
+    *,
+    title: str,
+    verdict: SvgVerdict | None = None,
+) -> None:
+    write_text(path, svg(ranks, budget, title=title, verdict=verdict), key="--svg")

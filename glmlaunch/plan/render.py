@@ -5,16 +5,21 @@ stdout carries the data (tables, the memory map, JSON); notes about the run go t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from glmlaunch.config.registry import GLMLAUNCH_SET
+from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.units import format_size
 from glmlaunch.errors import MarginError
 from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger
-from glmlaunch.output import note, out_console, out_json
+from glmlaunch.output import mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
 from glmlaunch.plan.audit import Audit
 from glmlaunch.plan.diff import Diff, diff_document
@@ -39,61 +44,139 @@ def _size(n: int) -> str:
     return format_size(n)
 
 
-def _rank_groups(ranks: tuple[RankLedger, ...]) -> list[tuple[RankLedger, list[RankLedger]]]:
-    groups: list[tuple[RankLedger, list[RankLedger]]] = []
-    for r in ranks:
-        for head, members in groups:
-            if head.entries == r.entries:
-                members.append(r)
-                break
-        else:
-            groups.append((r, [r]))
-    return groups
+def config_label(resolved: Resolved) -> str:
+    """The profile and every override in effect, as ``diff`` names a side: ``turnkey + key=value …``.
+
+    Overrides in the order they were layered: ``GLMLAUNCH_<SECTION>__<FIELD>`` variables (as the caller
+    wrote them), then ``GLMLAUNCH_SET`` and ``--set`` items. A plan, a map or an audit read later must say
+    which configuration it is about; the profile name alone would hide the change being evaluated.
+    """
+    env_vars: dict[str, None] = {}
+    for source in resolved.provenance.values():
+        if source.kind == "env" and source.detail and not source.detail.startswith(GLMLAUNCH_SET):
+            env_vars[source.detail] = None
+    items = [f"{name}={os.environ[name]}" if name in os.environ else name for name in sorted(env_vars)]
+    items += list(resolved.overrides)
+    name = resolved.profile_name
+    return mask_secrets(f"{name} + {' '.join(items)}" if items else name)
 
 
-def ledger_table(rank: RankLedger, members: list[RankLedger]) -> Table:
+#: Terminal widths (columns) at which the ledger table changes shape. At FULL and wider, and whenever stdout
+#: is not a terminal (a pipe or a file keeps every column), the table is complete. Below it the requested
+#: bytes and the count go (the count joins the entry's name as "×N"); below MEDIUM kind and origin fold
+#: into a second line under the name, so the two columns left are the name and the device bytes.
+FULL_WIDTH = 110
+MEDIUM_WIDTH = 80
+_SHORT_LIFETIME_TITLES = {
+    "budget-term": "budget terms (W, KV)",
+    "pre-snapshot": "pre-snapshot (U_pre)",
+    "profiled": "profiled (P, N)",
+    "graph-estimated": "graph-estimated (G_e)",
+    "unbudgeted": "unbudgeted (X)",
+}
+
+
+def terminal_width() -> int | None:
+    """The terminal's width when stdout is one, else None (piped output keeps the full tables).
+
+    On a terminal, text also wraps to that width from here on: a line longer than the terminal would be
+    wrapped by the terminal anyway, but mid-word and through the tables' borders.
+    """
+    if not out_console.is_terminal:
+        return None
+    out_console.soft_wrap = False
+    return int(out_console.width)
+
+
+def _table(title: str, width: int | None, **kwargs: Any) -> Table:
+    if width is None or width >= FULL_WIDTH:
+        return Table(title=title, title_justify="left", **kwargs)
+    # no vertical rules: three or four columns of separators are worth a name's width at 60 columns
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, **kwargs
+    )
+
+
+def _count_suffix(e: Entry) -> str:
+    return f" ×{e.count}" if e.count != 1 else ""
+
+
+def ledger_table(rank: RankLedger, members: list[RankLedger], width: int | None = None) -> Table:
+    """One group of identical ranks: every entry by lifetime, shaped for ``width`` columns (None: full)."""
     who = ", ".join(f"{m.rank}" for m in members)
     gpus = ", ".join(f"{m.gpu}" for m in members)
     title = f"ranks {who} (GPUs {gpus})" + (" — identical" if len(members) > 1 else "")
-    table = Table(title=title, title_justify="left", show_lines=False, expand=False)
-    table.add_column("entry", no_wrap=True)
-    table.add_column("kind")
-    table.add_column("requested", justify="right")
-    table.add_column("×", justify="right")
-    table.add_column("device", justify="right")
-    table.add_column("origin")
+    full = width is None or width >= FULL_WIDTH
+    medium = not full and width is not None and width >= MEDIUM_WIDTH
+    table = _table(title, width, show_lines=False, expand=False)
+    # an entry name is never cut: it is what --explain takes
+    table.add_column("entry", no_wrap=True, overflow="fold")
+    if full:
+        table.add_column("kind")
+        table.add_column("requested", justify="right")
+        table.add_column("×", justify="right")
+    elif medium:
+        table.add_column("kind")
+    table.add_column("device", justify="right", no_wrap=True)
+    if full or medium:
+        table.add_column("origin")
+    titles = _LIFETIME_TITLES if full else _SHORT_LIFETIME_TITLES
+    blank = [""] * (len(table.columns) - 1)
     for lt in LIFETIMES:
         entries = rank.by_lifetime(lt)
         if not entries:
             continue
-        table.add_row(Text(_LIFETIME_TITLES[lt], style="bold"), "", "", "", "", "")
+        table.add_row(Text(titles[lt], style="bold"), *blank)
         for e in entries:
+            if full:
+                table.add_row(
+                    "  " + e.name,
+                    e.kind,
+                    _size(e.requested_bytes),
+                    str(e.count),
+                    _size(e.device_bytes),
+                    e.origin,
+                )
+            elif medium:
+                table.add_row("  " + e.name + _count_suffix(e), e.kind, _size(e.device_bytes), e.origin)
+            else:
+                name = Text("  " + e.name + _count_suffix(e))
+                name.append(f"\n    {e.kind} · {e.origin}", style="dim")
+                table.add_row(name, _size(e.device_bytes))
+        subtotal = Text(_size(rank.device_total(lt)), style="bold")
+        if full:
+            requested = _size(sum(e.total_requested for e in entries))
             table.add_row(
-                "  " + e.name,
-                e.kind,
-                _size(e.requested_bytes),
-                str(e.count),
-                _size(e.device_bytes),
-                e.origin,
+                Text("  subtotal", style="italic"), "", requested, "", subtotal, "", end_section=True
             )
-        table.add_row(
-            Text("  subtotal", style="italic"),
-            "",
-            _size(sum(e.total_requested for e in entries)),
-            "",
-            Text(_size(rank.device_total(lt)), style="bold"),
-            "",
-            end_section=True,
-        )
+        else:
+            cells = ["", subtotal, ""] if medium else [subtotal]
+            table.add_row(Text("  subtotal", style="italic"), *cells, end_section=True)
     return table
 
 
-def budget_table(b: Budget) -> Table:
-    t = Table(title="budget per rank (memory-model.md §6)", title_justify="left")
-    t.add_column("term")
-    t.add_column("bytes", justify="right")
-    t.add_column("")
-    t.add_column("meaning")
+def latent_table(latent: tuple[Entry, ...], width: int | None = None) -> Table:
+    lat = _table("latent (reachable by other callers, not charged)", width)
+    lat.add_column("entry", no_wrap=True, overflow="fold")
+    lat.add_column("bytes", justify="right", no_wrap=True)
+    lat.add_column("condition", overflow="fold")
+    for e in latent:
+        lat.add_row(e.name, _size(e.requested_bytes), e.condition)
+    return lat
+
+
+def budget_table(b: Budget, width: int | None = None) -> Table:
+    full = width is None or width >= FULL_WIDTH
+    t = _table("budget per rank (docs/memory-model.md §6)", width)
+    t.add_column("term", no_wrap=True)
+    if full:
+        t.add_column("bytes", justify="right")
+        t.add_column("")
+    else:
+        # a number is never wrapped: the exact bytes and the size get a column each, the meaning wraps
+        t.add_column("bytes", justify="right", no_wrap=True)
+        t.add_column("size", justify="right", no_wrap=True)
+    t.add_column("meaning", overflow="fold")
     rows = [
         ("T", b.total, "", "device memory"),
         ("U_oth", b.used_by_others, "", "used by other processes"),
@@ -109,22 +192,51 @@ def budget_table(b: Budget) -> Table:
         ("margin", b.margin, f"min {_size(b.min_margin)}", "F0 - (W+P+N+G_e+KV) - X"),
     ]
     for term, value, extra, meaning in rows:
-        t.add_row(term, f"{value:,}  ({_size(value)})", extra, meaning)
+        if full:
+            t.add_row(term, f"{value:,}  ({_size(value)})", extra, meaning)
+        else:
+            t.add_row(term, f"{value:,}", _size(value), f"{meaning} ({extra})" if extra else meaning)
     return t
 
 
-def verdict_text(b: Budget) -> Text:
+def _map_width(width: int | None) -> int:
+    # the bars follow an 11-column label ("whole GPU  "); 72 cells when the terminal has room
+    return 72 if width is None else max(10, min(72, width - 12))
+
+
+def svg_verdict(result: PlanResult) -> memmap.SvgVerdict:
+    """The verdict as the SVG map shows it: status and margin as the headline, the rest in small print."""
+    v = result.verdict
+    b = result.budget
+    headline = f"verdict: {v.status} — margin {_size(b.margin)} (minimum {_size(b.min_margin)})"
+    if b.request_fits:
+        fit = "fits"
+    else:
+        fit = "does not fit" if b.request_fit_confirmed else "may not fit (unconfirmed)"
+    details = (
+        f"T = {_size(b.total)} per GPU; KV {_size(b.kv)} holds {b.kv_tokens:,} tokens "
+        f"({b.kv_bytes_per_token:,} B/token/rank, {b.kv_bytes_per_token_origin}); one "
+        f"{result.config.scheduler.max_model_len:,}-token request needs {_size(b.request_bytes)} per rank: "
+        f"{fit}",
+        v.confidence_line(),
+    )
+    findings = tuple(("blocker", x.message) for x in v.blockers) + tuple(("caution", c) for c in b.cautions)
+    return memmap.SvgVerdict(v.status, headline, details, findings)
+
+
+def verdict_text(result: PlanResult) -> Text:
+    # Rendered from the one verdict object (glmlaunch.ledger.verdict), as check, serve and search do.
+    v = result.verdict
+    b = v.budget
     text = Text("verdict: ")
-    text.append(b.verdict, style=_VERDICT_STYLE[b.verdict])
+    text.append(v.status, style=_VERDICT_STYLE[v.status])
+    if v.blockers:
+        text.append(f"  {v.blocked_text()}\n", style=_VERDICT_STYLE[v.status])
     text.append(
-        f"  margin {_size(b.margin)} (minimum {_size(b.min_margin)}); KV holds {b.kv_tokens:,} tokens "
-        f"({b.kv_bytes_per_token:,} B/token/rank, {b.kv_bytes_per_token_origin}); one max_model_len request "
-        f"needs {_size(b.request_bytes)} per rank: {'fits' if b.request_fits else 'does not fit'}\n"
+        f"  {v.facts()}\n{v.confidence_line()}\n"
         f"recommended --kv-cache-memory-bytes={b.recommended_kv_cache_memory_bytes} "
         f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin"
     )
-    for reason in b.reasons:
-        text.append(f"\n  - {reason}")
     for caution in b.cautions:
         text.append(f"\n  ! {caution}", style="yellow")
     return text
@@ -150,11 +262,11 @@ def render_plan(
     result: PlanResult, *, as_json: bool, explain: str | None = None, svg: Path | None = None
 ) -> None:
     ledger, budget = result.ledger, result.budget
-    title = f"glmlaunch plan -p {result.resolved.profile_name}: {result.config.description or ''}".rstrip(
+    title = f"glmlaunch plan -p {config_label(result.resolved)}: {result.config.description or ''}".rstrip(
         ": "
     )
     if svg is not None:
-        memmap.write_svg(svg, ledger.ranks, budget, title=title)
+        memmap.write_svg(svg, ledger.ranks, budget, title=title, verdict=svg_verdict(result))
         note(f"memory map written to {svg}")
     if explain is not None:
         from glmlaunch.plan.planner import explain_terms
@@ -183,23 +295,20 @@ def render_plan(
     if as_json:
         out_json(plan_document(result).model_dump(mode="json"))
     else:
+        width = terminal_width()
         out_console.print(Text(title, style="bold"))
         out_console.print(Text(f"constants: {ledger.constants_source}", style="dim"))
-        for head, members in _rank_groups(ledger.ranks):
-            out_console.print(ledger_table(head, members))
+        if result.calibration_message:
+            out_console.print(Text(f"calibration: {result.calibration_message}", style="dim"))
+        for head, members in memmap.rank_groups(ledger.ranks):
+            out_console.print(ledger_table(head, members, width))
         if ledger.latent:
-            lat = Table(title="latent (reachable by other callers, not charged)", title_justify="left")
-            lat.add_column("entry")
-            lat.add_column("bytes", justify="right")
-            lat.add_column("condition")
-            for e in ledger.latent:
-                lat.add_row(e.name, _size(e.requested_bytes), e.condition)
-            out_console.print(lat)
-        out_console.print(budget_table(budget))
-        out_console.print(memmap.render_terminal(ledger.rank0, budget))
-        out_console.print(verdict_text(budget))
+            out_console.print(latent_table(ledger.latent, width))
+        out_console.print(budget_table(budget, width))
+        out_console.print(memmap.render_terminal(ledger.rank0, budget, width=_map_width(width)))
+        out_console.print(verdict_text(result))
     if budget.verdict != "ok":
-        raise MarginError(f"plan verdict {budget.verdict}: " + "; ".join(budget.reasons))
+        raise MarginError(f"plan verdict {result.verdict.summary()}")
 
 
 def render_audit(result: PlanResult, audit: Audit, *, as_json: bool) -> None:
@@ -230,7 +339,7 @@ def render_audit(result: PlanResult, audit: Audit, *, as_json: bool) -> None:
         )
         return
     t = Table(
-        title=f"audit -p {result.resolved.profile_name}: allocated but unread or mostly unused",
+        title=f"audit -p {config_label(result.resolved)}: allocated but unread or mostly unused",
         title_justify="left",
         show_lines=True,
     )
@@ -265,10 +374,7 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
     if as_json:
         out_json(diff_document(d))
         return
-    lname = d.left.resolved.profile_name
-    rname = d.right.resolved.profile_name + (
-        f" + {' '.join(d.right.resolved.overrides)}" if d.right.resolved.overrides else ""
-    )
+    lname, rname = config_label(d.left.resolved), config_label(d.right.resolved)
     s = Table(title="settings that differ", title_justify="left")
     s.add_column("key")
     s.add_column(lname)
@@ -299,5 +405,10 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
     b.add_column("delta", justify="right")
     for term, lv, rv in d.budget:
         b.add_row(term, _size(lv), _size(rv), ("+" if rv - lv > 0 else "") + _size(rv - lv))
-    b.add_row("verdict", d.left.budget.verdict, d.right.budget.verdict, "")
+    b.add_row(
+        "verdict",
+        f"{d.left.verdict.status} ({d.left.verdict.confidence})",
+        f"{d.right.verdict.status} ({d.right.verdict.confidence})",
+        "",
+    )
     out_console.print(b)

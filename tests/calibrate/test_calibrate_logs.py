@@ -1,4 +1,4 @@
-"""The boot-log parser against log files written in the real r14 formats (memory-model.md §6)."""
+"""The boot-log parser against log files written in the real r14 formats (docs/memory-model.md §6)."""
 
 from __future__ import annotations
 

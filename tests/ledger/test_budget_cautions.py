@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
+import pytest
+from conftest import REPO, run_cli
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
@@ -69,4 +70,15 @@ def test_turnkey_on_its_rig_comes_out_clean_with_the_rig_defaults(clean_env: dic
     doc = json.loads(res.stdout)
     assert doc["verdict"]["status"] == "ok" and not doc["verdict"]["cautions"]
     assert doc["budget"]["max_model_len_fits"] is True
-    assert "rig defaults" in res.stderr
+    # which calibration applies is part of the plan (its header, JSON `calibration`), not a message:
+    # a shipped profile's plan says nothing about itself on stderr
+    assert "rig defaults" in doc["calibration"]
+    assert res.stderr == ""
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")))
+def test_a_shipped_profile_plans_without_a_word_on_stderr(profile: str, clean_env: dict[str, str]) -> None:
+    res = run_cli("plan", "-p", profile, env=clean_env)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    assert "verdict: ok" in res.stdout and "calibration: " in res.stdout

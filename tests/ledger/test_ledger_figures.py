@@ -1,4 +1,4 @@
-"""Every figure of memory-model.md §5 and §8 (the seed's re-review), as regression vectors.
+"""Every figure of docs/memory-model.md §5 and §8 (the seed's re-review), as regression vectors.
 
 The review's DCP A2A figures assume 96 attention heads (24 per TP rank) and a 1 KiB signal region; GLM-5.2's
 config.json has 64 heads (16 per TP rank; the r14 boot logs print heads=64 at TP4/DCP4) and the libraries
@@ -226,9 +226,11 @@ def test_direct_paged_logits_figure() -> None:
     assert paged_logits.nbytes(64, 524_288) == 128 * MIB
     config = resolve_config("turnkey", ["cudagraph.capture_sizes=[6,64]"]).config  # largest capture size 64
     ledger = build_ledger(config)
-    # DCP 2 also lists the DCP prefill workspace ceiling (ledger/dcp_prefill.py) as latent
+    # DCP 2 also lists the DCP prefill workspace ceiling (ledger/dcp_prefill.py) and, with query split and
+    # owner merge unset, the top-k exchange slab (A256(266,240) + 2 * A256(8 * 64 * 2048)) as latent
     assert [(e.name, e.requested_bytes) for e in ledger.latent] == [
         ("paged_logits.direct", 128 * MIB),
         ("dcp.prefill_workspace", 1024 * MIB),
+        ("dcp_topk.slab", 266_240 + 2 * 8 * 64 * 2048),
     ]
     assert ledger.entry("paged_logits.direct") is None  # latent: never charged to a rank

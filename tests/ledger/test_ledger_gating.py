@@ -38,9 +38,18 @@ def test_topk_exchange_only_with_query_split_or_owner_merge() -> None:
     assert "dcp_topk.slab" not in names(
         "r12-exl3", "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false"
     )
-    # left to the library's automatic choice: no entry, but a note with the size
-    assert any("top-k exchange" in n for n in ledger("r12-exl3").notes)
-    assert not ledger("r12-exl3", "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false").notes
+    # unset: vLLM's default (off) applies, so nothing is charged and nothing is noted; the slab is listed
+    # as latent (a caller's VLLM_DCP_* variable could still turn it on), and only while undecided
+    unset = ledger("r12-exl3")
+    assert not unset.notes
+    assert [e.name for e in unset.latent if e.name == "dcp_topk.slab"] == ["dcp_topk.slab"]
+    decided = ledger("r12-exl3", "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false")
+    assert not decided.notes and "dcp_topk.slab" not in {e.name for e in decided.latent}
+    on = ledger("r12-exl3", "dcp_policy.topk_owner_merge=true")
+    assert "dcp_topk.slab" not in {e.name for e in on.latent}
+    charged, latent = on.entry("dcp_topk.slab"), next(e for e in unset.latent if e.name == "dcp_topk.slab")
+    assert charged is not None and charged.requested_bytes == latent.requested_bytes
+    assert charged.device_bytes == latent.device_bytes  # whole 2 MiB pages either way
 
 
 def test_lane1_only_on_v2_with_speculative_decoding() -> None:
@@ -107,8 +116,8 @@ def test_fold_gating(sets: tuple[str, ...], present: bool) -> None:
 def test_indexer_off_removes_plans_and_latent_hazard() -> None:
     led = ledger("turnkey", "indexer.sparse_indexer=false")
     assert not [n for n in led.names() if n.startswith("indexer.")]
-    # only the DCP prefill workspace ceiling (DCP 2, not an indexer hazard) stays latent
-    assert [e.name for e in led.latent] == ["dcp.prefill_workspace"]
+    # only the DCP hazards (prefill workspace ceiling, top-k exchange slab) stay latent: not indexer plans
+    assert [e.name for e in led.latent] == ["dcp.prefill_workspace", "dcp_topk.slab"]
 
 
 def test_indexer_decode_plan_is_absorbed_by_the_prefill_plan() -> None:
@@ -152,8 +161,11 @@ def test_capture_stream_segments_follow_the_capture_passes() -> None:
     turnkey = names("turnkey", "parallel.tp=2", "parallel.dcp=2")  # V1: nothing rolled back
     assert {"capture_stream.exchange.leaked-profiling", "capture_stream.exchange.capture"} <= turnkey
     assert not {n for n in turnkey if n.endswith("profiling-residue")}
-    for sets in (("cudagraph.mode=NONE",), ("comm.single_channel=true",),
-                 ("comm.pcie_allreduce=false", "comm.dcp_a2a=false")):
+    for sets in (
+        ("cudagraph.mode=NONE",),
+        ("comm.single_channel=true",),
+        ("comm.pcie_allreduce=false", "comm.dcp_a2a=false"),
+    ):
         n = names("gate", "parallel.tp=2", "parallel.dcp=2", *sets)
         assert not {x for x in n if x.startswith("capture_stream.") or x.endswith("profiling-residue")}, sets
     # a DCP pool alone still exchanges handles on every capture stream

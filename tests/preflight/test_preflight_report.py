@@ -68,7 +68,7 @@ def _recorded(
 def test_sparkinfer_steps_are_compared_as_the_library_made_them() -> None:
     report = build_report(_recorded("h200x2-gate-sparkinfer-warm.json", "gate", 2))
     rows = {c.label: c for c in report.comparisons}
-    # Measured on the real r12 pools (sparkinfer de04125, 2x H200): the facts memory-model.md §1 lists.
+    # Measured on the real r12 pools (sparkinfer de04125, 2x H200): the facts docs/memory-model.md §1 lists.
     assert rows["oneshot.eager_channel"].measured_device == (22 * MIB, 22 * MIB)
     assert rows["dma.slab"].measured_device == (38 * MIB, 38 * MIB)
     assert rows["dcp_a2a.eager_channel"].measured_device == (10 * MIB, 10 * MIB)

@@ -1,6 +1,6 @@
 """The order in which vLLM makes the comm pools' channels, shared by the library backends.
 
-Pure functions of the configuration (memory-model.md §5): which capture passes a runner makes, which of
+Pure functions of the configuration (docs/memory-model.md §5): which capture passes a runner makes, which of
 them are checkpointed and rolled back, and which ledger entries a step of the sequence realises.
 """
 

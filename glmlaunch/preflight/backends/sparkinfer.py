@@ -1,6 +1,6 @@
 """The r12 library (sparkinfer de04125) built for real, through its public pool classes.
 
-Call sequence, as the r12 composed vLLM makes it (memory-model.md §5, custom_all_reduce.py and
+Call sequence, as the r12 composed vLLM makes it (docs/memory-model.md §5, custom_all_reduce.py and
 dcp_alltoall.py of that tree):
 
 1. pre-snapshot: ``OneshotAllReducePool.from_exchange_group`` on the TP group with the eager size E and
