@@ -9,12 +9,15 @@ from typing import Any
 from glmlaunch.calibrate.ingest import ingest_logs, inventory_for_ingest
 from glmlaunch.calibrate.records import Calibration
 from glmlaunch.calibrate.render import boot_summary, list_table, record_document, terms_table
-from glmlaunch.calibrate.search import SearchResult
+from glmlaunch.calibrate.search import SearchResult, changes
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size, parse_size
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.output import note, out_console, out_json, warn
+
+#: The version of every ``calibrate … --json`` document (docs/schemas/calibrate-*.schema.json).
+SCHEMA_VERSION = 1
 
 
 def _residuals(record: Calibration, config: DeploymentConfig | None = None) -> Any:
@@ -66,7 +69,7 @@ def run_ingest(
             out_console.print(terms_table(rec))
             _print_residuals(residuals)
     if as_json:
-        out_json({"records": docs})
+        out_json({"schema_version": SCHEMA_VERSION, "records": docs})
     return [i.record for i in results]
 
 
@@ -87,7 +90,13 @@ def run_list(*, as_json: bool) -> list[Calibration]:
         warn(w)
     records = list(loaded.records)
     if as_json:
-        out_json({"store": str(store.root), "records": [record_document(r) for r in records]})
+        out_json(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "store": str(store.root),
+                "records": [record_document(r) for r in records],
+            }
+        )
     elif records:
         out_console.print(list_table(records))
     else:
@@ -120,11 +129,11 @@ def run_show(
             note(f"  skipped {skipped}")
         if learned.model is None:
             if as_json:
-                out_json({"term_model": None, "message": use.message})
+                out_json(_show_document(None, None, use.message))
             return None
         doc = model_document(learned.model, resolved.config, version=target_version(resolved.config))
         if as_json:
-            out_json({"term_model": doc, "message": use.message})
+            out_json(_show_document(None, doc, use.message))
         else:
             out_console.print(model_table(doc))
             for line in doc["explain"].values():
@@ -133,7 +142,7 @@ def run_show(
     record = store.get(record_id)
     residuals = _residuals(record)
     if as_json:
-        out_json({"record": record_document(record, residuals=residuals)})
+        out_json(_show_document(record_document(record, residuals=residuals), None, None))
     else:
         for line in boot_summary(record.boot):
             note(line)
@@ -142,6 +151,11 @@ def run_show(
         out_console.print(terms_table(record))
         _print_residuals(residuals)
     return record
+
+
+def _show_document(record: Any, term_model: Any, message: str | None) -> dict[str, Any]:
+    """``calibrate show --json``: one shape whether a record or the profile's term model is shown."""
+    return {"schema_version": SCHEMA_VERSION, "record": record, "term_model": term_model, "message": message}
 
 
 def run_search(
@@ -230,6 +244,11 @@ def run_search(
         for table in search_tables(result):
             out_console.print(table)
     if result.best is not None:
+        if not changes(result):
+            note(
+                f"nothing to change: the profile's {result.knob.key} "
+                f"{result.knob.show(result.original.value)} is already the best"
+            )
         pinned = (
             result.best.value
             if result.objective == "max-kv-bytes"
@@ -237,12 +256,31 @@ def run_search(
         )
         note(f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)")
     else:
+        first, last = (result.knob.show(v) for v in (result.range_start, result.range_end))
         raise MarginError(
-            f"no value of {result.knob.key} keeps every rank's margin and fits one max_model_len request",
+            f"no value of {result.knob.key} from {first} to {last} fits: {result.blocked_text()}",
             key=result.knob.key,
-            hint="lower memory.min_margin or max_model_len, or free memory on the GPUs",
+            hint=_no_fit_hint(result),
         )
     return result
+
+
+#: What to change for each blocker id (glmlaunch.ledger.verdict), when no value of the knob fits.
+_NO_FIT_HINTS: dict[str, str] = {
+    "margin": "lower the required margin (--min-margin, memory.min_margin) or free memory on the GPUs",
+    "oom-risk": "free memory on the GPUs or lower the pools (glmlaunch audit lists what is recoverable)",
+    "request-fit": "lower scheduler.max_model_len",
+    "start-gate": "free memory on the GPUs (glmlaunch hw shows who holds it)",
+    "no-kv": "lower scheduler.max_num_batched_tokens or the pools: nothing is left for the KV cache",
+}
+
+
+def _no_fit_hint(result: SearchResult) -> str:
+    ids = list(dict.fromkeys(i for i, _ in result.closest.blockers))
+    hints = [_NO_FIT_HINTS[i] for i in ids if i in _NO_FIT_HINTS]
+    if any(i == "request-fit" for i in ids) and "unconfirmed" in " ".join(result.closest.reasons):
+        hints.append("or confirm the estimates with a boot log (glmlaunch calibrate ingest LOG)")
+    return "; ".join(hints) or "lower memory.min_margin or max_model_len, or free memory on the GPUs"
 
 
 def _size_option(name: str, value: str | None) -> int | None:

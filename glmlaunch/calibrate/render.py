@@ -129,40 +129,46 @@ def list_table(records: list[Calibration]) -> Table:
 
 
 def search_tables(result: SearchResult) -> list[Table]:
-    """The settings diff, the proof (best and next step up), and the predicted memory map at the best."""
-    knob = result.knob
-    tables: list[Table] = []
-    diff = Table(title=f"settings diff ({result.objective})", expand=False)
-    for col in ("setting", "profile", "calibrated"):
-        diff.add_column(col, no_wrap=True)
-    for key, (old, new) in changes(result).items():
-        shown_old = knob.show(old) if key == knob.key else ("unset" if old is None else str(old))
-        shown_new = knob.show(new) if key == knob.key else ("unset" if new is None else str(new))
-        diff.add_row(key, shown_old, shown_new)
-    if not changes(result):
-        diff.add_row("(none)", "—", "—")
-    tables.append(diff)
-
+    """The settings diff, the proof (best and the next step past it), and the predicted memory map at the
+    best; when nothing fits, only the values tried and what blocks them (there is nothing to prove)."""
     from glmlaunch.calibrate.search import LOWEST
 
+    knob = result.knob
+    tables: list[Table] = []
+    diff = changes(result)
+    if diff:
+        table = Table(title=f"settings diff ({result.objective})", expand=False)
+        for col in ("setting", "profile", "calibrated"):
+            table.add_column(col, no_wrap=True)
+        for key, (old, new) in diff.items():
+            shown_old = knob.show(old) if key == knob.key else ("unset" if old is None else str(old))
+            shown_new = knob.show(new) if key == knob.key else ("unset" if new is None else str(new))
+            table.add_row(key, shown_old, shown_new)
+        tables.append(table)
+
     lowest = result.objective in LOWEST
-    neighbour = "next step down" if lowest else "next step up"
-    if result.best is None:
-        title = "no value in the searched range works: nothing to prove"
-    elif lowest:
-        title = "proof: vLLM accepts the best value (start gate and one request), not the next step down"
+    side = "down" if lowest else "up"
+    rows: list[tuple[str, Evaluation | None]] = [("profile", result.original)]
+    best = result.best
+    if best is None:
+        title = f"no value of {knob.key} fits; the values that came closest, and what blocks them"
+        rows.append((result.bound_label or "closest tried", result.lower_bound))
     else:
-        title = "proof: the best value fits, the next step up does not"
+        shown = knob.show(best.value)
+        if result.next_up is not None:
+            up = knob.show(result.next_up.value)
+            if lowest:
+                title = (
+                    f"proof: vLLM accepts {shown} (start gate and one request), not the next step down, {up}"
+                )
+            else:
+                title = f"proof: {shown} fits, the next step up, {up}, does not"
+        else:
+            title = f"{shown} fits and is the end of the searched range: there is no step {side} to try"
+        rows += [("best", best), (f"next step {side}", result.next_up)]
     proof = Table(title=title, expand=False)
     for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", "why not"):
         proof.add_column(col, no_wrap=col not in ("why not",))
-    rows: list[tuple[str, Evaluation | None]] = [
-        ("profile", result.original),
-        ("best", result.best),
-        (neighbour, result.next_up),
-    ]
-    if result.best is None:
-        rows.append(("highest tried" if lowest else "bound tried", result.lower_bound))
     for label, ev in rows:
         if ev is None:
             continue
@@ -175,11 +181,11 @@ def search_tables(result: SearchResult) -> list[Table]:
             format_size(ev.request_bytes),
             "; ".join(ev.reasons) or "—",
         )
-    if result.best is not None and result.next_up is None:
-        proof.caption = f"{knob.show(result.best.value)} is the end of the searched range"
+    if best is not None:
+        proof.caption = f"confidence: {best.verdict.confidence_text()}"
     tables.append(proof)
-    if result.best is not None:
-        tables.append(memory_map(result.best))
+    if best is not None:
+        tables.append(memory_map(best))
     return tables
 
 

@@ -6,8 +6,11 @@ One knob per objective, on an integer grid:
 * ``max-kv-bytes``: a pinned ``memory.kv_cache_memory_bytes`` in whole MiB;
 * ``max-gmu``: ``memory.gpu_memory_utilization`` in thousandths.
 
-A value is *feasible* when, on every rank, vLLM's start gate passes (F0 >= R), the steady-state margin is at
-least the required minimum, and one ``max_model_len`` request fits the KV cache. Each rank is budgeted
+A value is *feasible* when, on every rank, the memory verdict (:mod:`glmlaunch.ledger.verdict`, the one
+``plan``, ``check`` and ``serve`` print) is ``ok`` at the required margin, and one ``max_model_len`` request
+fits the KV cache, also where that fit is only an estimate (the verdict then calls it a caution, but a
+search that ignored it would trade the whole KV cache for batched tokens). Each value's blockers are the
+verdict's, named as it names them. Each rank is budgeted
 with :func:`glmlaunch.ledger.budget.compute_budget` over a ledger built with that rank's calibrated terms
 (:mod:`glmlaunch.calibrate.apply`); vLLM gives every rank the smallest rank's KV size, so each rank's
 margin is taken at that common KV.
@@ -46,6 +49,7 @@ from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.verdict import Verdict, judge
 
 Objective = Literal["max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "max-gmu", "min-gmu"]
 OBJECTIVES: tuple[str, ...] = (
@@ -57,6 +61,8 @@ OBJECTIVES: tuple[str, ...] = (
 )
 # Objectives whose answer is the *lowest* value that works (the rest: the highest).
 LOWEST: frozenset[str] = frozenset({"min-gmu"})
+#: ``calibrate search --json``'s document version (docs/schemas/calibrate-search.schema.json).
+SCHEMA_VERSION = 1
 DEFAULT_TOKEN_STEP = 256
 #: At most this many configurations are budgeted by one search (a bisection over a 2**60 grid needs ~125).
 MAX_EVALUATIONS = 256
@@ -94,6 +100,7 @@ class RankCheck:
     rank: str
     budget: Budget
     margin: int  # at the KV size every rank gets (the smallest rank's)
+    verdict: Verdict
 
 
 @dataclass(frozen=True)
@@ -105,12 +112,22 @@ class Evaluation:
     kv_bytes: int
     request_bytes: int
     required_margin: int
-    reasons: tuple[str, ...]
+    #: (blocker id, message) of every constraint that fails, as the verdict names them
+    blockers: tuple[tuple[str, str], ...]
     recommended_kv_cache_memory_bytes: int
 
     @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(message for _, message in self.blockers)
+
+    @property
     def feasible(self) -> bool:
-        return not self.reasons
+        return not self.blockers
+
+    @property
+    def verdict(self) -> Verdict:
+        """The verdict of the tightest rank (its confidence is the answer's)."""
+        return min(self.ranks, key=lambda r: r.margin).verdict
 
     @property
     def fits_one_request(self) -> bool:
@@ -129,16 +146,35 @@ class SearchResult:
     profile_config: DeploymentConfig  # as resolved, before --min-margin or un-pinning
     original: Evaluation
     best: Evaluation | None
-    next_up: Evaluation | None  # the proof: one grid step above best, infeasible
-    lower_bound: Evaluation | None  # when nothing is feasible: the anchor that failed
+    next_up: Evaluation | None  # the proof: one grid step past best (down for min-gmu), infeasible
+    lower_bound: Evaluation | None  # when nothing is feasible: the value that came closest, which failed
     range_end: int | float
     steps: tuple[tuple[int | float, bool], ...]
     notes: tuple[str, ...] = field(default=())
     model: TermModel | None = None
+    #: what ``lower_bound`` is, in words: "lowest tried", "highest tried", "lowest where one request fits"
+    bound_label: str | None = None
+    range_start: int | float | None = None
 
     @property
     def limit_reached(self) -> bool:
         return self.best is not None and self.next_up is None
+
+    @property
+    def closest(self) -> Evaluation:
+        """When nothing fits: the evaluation that came closest (else the profile's own)."""
+        return self.lower_bound or self.original
+
+    def blocked_text(self) -> str:
+        """``blocked by the margin: …`` for the closest failed value (empty when a value fits)."""
+        if self.best is not None:
+            return ""
+        blockers = list(self.closest.blockers)
+        if self.bound_label == "highest tried":
+            # one request fits nowhere in the range: that is what blocks, whatever else fails up there
+            blockers.sort(key=lambda b: b[0] != "request-fit")
+        first, *rest = [m for _, m in blockers] or ["nothing fits"]
+        return "blocked by " + first + "".join(f"; and by {r}" for r in rest)
 
 
 class Evaluator:
@@ -163,7 +199,7 @@ class Evaluator:
         self.cache: dict[int, Evaluation] = {}
         self.notes: list[str] = []
 
-    def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Budget]]:
+    def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Budget, object | None]]:
         cal = model_calibration(config, self.model, version=self.version) if self.model is not None else None
         budget = compute_budget(
             config,
@@ -173,7 +209,7 @@ class Evaluator:
             calibration=cal,
         )
         basis = "term model" if cal is not None else "ledger defaults"
-        return [(f"all {config.parallel.tp} ranks ({basis})", budget)]
+        return [(f"all {config.parallel.tp} ranks ({basis})", budget, cal)]
 
     def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
         if index in self.cache:
@@ -181,25 +217,32 @@ class Evaluator:
         if self.limits is not None:
             self.limits.before_evaluation()
         budgets = self._rank_budgets(config)
-        kv = min(b.kv for _, b in budgets)
-        need = max(b.request_bytes for _, b in budgets)
-        checks = tuple(RankCheck(name, b, b.margin + (b.kv - kv)) for name, b in budgets)
-        reasons: list[str] = []
+        kv = min(b.kv for _, b, _ in budgets)
+        need = max(b.request_bytes for _, b, _ in budgets)
+        checks = tuple(
+            RankCheck(name, b, b.margin + (b.kv - kv), judge(config, b, cal)) for name, b, cal in budgets
+        )
+        blockers: list[tuple[str, str]] = []
         for c in checks:
-            if not c.budget.start_gate_ok:
-                f0, gate = format_size(c.budget.f0), format_size(c.budget.gate)
-                reasons.append(f"{c.rank}: start gate fails (F0 {f0} < R {gate})")
-            if c.margin < self.required_margin:
-                reasons.append(
-                    f"{c.rank}: margin {format_size(c.margin)} < required {format_size(self.required_margin)}"
-                )
+            prefix = f"{c.rank}: " if len(checks) > 1 else ""
+            for x in c.verdict.blockers:
+                # one request's fit is judged once, below, at the KV size every rank gets
+                if x.id != "request-fit" and (x.id, prefix + x.message) not in blockers:
+                    blockers.append((x.id, prefix + x.message))
         if kv < need:
-            reasons.append(
-                f"one request needs {format_size(need)} of KV per rank; the KV cache is {format_size(kv)}"
+            v = min(checks, key=lambda c: c.margin).verdict
+            unsure = v.sources_text(v.request_fit_terms()) if not v.budget.request_fit_confirmed else ""
+            blockers.append(
+                (
+                    "request-fit",
+                    f"the request fit{f' (unconfirmed: {unsure})' if unsure else ''}: one "
+                    f"{config.scheduler.max_model_len:,}-token request needs {format_size(need)} of KV per "
+                    f"rank, the KV cache is {format_size(kv)}",
+                )
             )
-        recommended = min(b.recommended_kv_cache_memory_bytes for _, b in budgets)
+        recommended = min(b.recommended_kv_cache_memory_bytes for _, b, _ in budgets)
         ev = Evaluation(
-            index, value, config, checks, kv, need, self.required_margin, tuple(reasons), recommended
+            index, value, config, checks, kv, need, self.required_margin, tuple(blockers), recommended
         )
         self.cache[index] = ev
         if self.limits is not None:
@@ -373,15 +416,18 @@ def search(
     notes = list(original.notes)
     # Two bisections over [lo, hi] and the proof's neighbour: stop now if they cannot finish in time.
     limits.check_forecast(limits.elapsed(), 2 * max(1, (hi - lo + 1).bit_length()) + 3)
+    bound_label: str | None = None
+    lower: Evaluation | None = None
     if knob.objective in LOWEST:
-        # The lowest GMU vLLM accepts: one request fitting is monotone in GMU; the start gate then decides
-        # whether vLLM boots at all. The neighbour that proves it is the next step *down*.
+        # The lowest GMU vLLM accepts: one request fitting is monotone in GMU. Above that point the start
+        # gate and the margin only get worse with GMU, so when the lowest value that fits one request fails
+        # either, every value does. The neighbour that proves it is the next step *down*.
         low = _first_true(lambda i: at(i).fits_one_request, lo, hi)
-        if low is not None and not all(c.budget.start_gate_ok for c in at(low).ranks):
-            low = None
-        best = at(low) if low is not None else None
-        next_up = at(low - 1) if low is not None and low > lo else None
-        lower = None if best is not None else at(hi)
+        best = at(low) if low is not None and at(low).feasible else None
+        next_up = at(low - 1) if best is not None and low is not None and low > lo else None
+        if best is None:
+            lower = at(low) if low is not None else at(hi)
+            bound_label = "lowest where one request fits" if low is not None else "highest tried"
     else:
         if knob.objective in ("max-batched-tokens", "max-prefill-capacity"):
             anchor: int | None = lo
@@ -391,7 +437,13 @@ def search(
         best_i = _last_true(lambda i: at(i).feasible, anchor, hi) if anchor is not None else None
         best = at(best_i) if best_i is not None else None
         next_up = at(best_i + 1) if best_i is not None and best_i < hi else None
-        lower = at(anchor) if anchor is not None and best is None else None
+        if best is None:
+            if anchor is None:  # one request does not fit even at the top of the range
+                lower, bound_label = at(hi), "highest tried"
+            elif anchor == lo:
+                lower, bound_label = at(anchor), "lowest tried"
+            else:
+                lower, bound_label = at(anchor), "lowest where one request fits"
         if next_up is not None and next_up.feasible:  # not monotone: say so rather than claim optimality
             notes.append(f"{knob.show(next_up.value)} is feasible too: feasibility is not monotone here")
     for n in ev.notes:
@@ -410,6 +462,8 @@ def search(
         steps=tuple(steps),
         notes=tuple(notes),
         model=model,
+        bound_label=bound_label,
+        range_start=knob.value(lo),
     )
 
 
@@ -544,7 +598,8 @@ def evaluation_document(ev: Evaluation | None, knob: Knob) -> dict[str, Any] | N
     return {
         "value": ev.value,
         "feasible": ev.feasible,
-        "reasons": list(ev.reasons),
+        "blockers": [{"id": i, "message": m} for i, m in ev.blockers],
+        "confidence": ev.verdict.confidence,
         "kv_cache_bytes": ev.kv_bytes,
         "one_request_bytes": ev.request_bytes,
         "fits_one_request": ev.fits_one_request,
@@ -564,8 +619,13 @@ def evaluation_document(ev: Evaluation | None, knob: Knob) -> dict[str, Any] | N
 
 
 def result_document(result: SearchResult, *, overlay: Path | None) -> dict[str, Any]:
+    """One document, ``schema_version`` first (docs/schemas/calibrate-search.schema.json)."""
     best = result.best
+    lowest = result.objective in LOWEST
+    neighbour = evaluation_document(result.next_up, result.knob)
+    bound = evaluation_document(result.lower_bound, result.knob)
     return {
+        "schema_version": SCHEMA_VERSION,
         "objective": result.objective,
         "knob": result.knob.key,
         "step": result.knob.step
@@ -580,10 +640,16 @@ def result_document(result: SearchResult, *, overlay: Path | None) -> dict[str, 
             ),
         },
         "lossless": {"dma_wire_mode": result.original.config.comm.dma_wire_mode, "changed": False},
+        "feasible": best is not None,
+        "verdict": (best or result.closest).verdict.to_json(),
+        "blocked": result.blocked_text() or None,
         "original": evaluation_document(result.original, result.knob),
         "best": evaluation_document(best, result.knob),
-        "next_step_up": evaluation_document(result.next_up, result.knob),
-        "lower_bound_failed": evaluation_document(result.lower_bound, result.knob),
+        "next_step": (
+            {"direction": "down" if lowest else "up", **neighbour} if neighbour is not None else None
+        ),
+        "closest_failed": {"label": result.bound_label, **bound} if bound is not None else None,
+        "range_start": result.range_start,
         "range_end": result.range_end,
         "limit_reached": result.limit_reached,
         "kv_cache_memory_bytes": (

@@ -14,6 +14,7 @@ The checks only look at the TP group: the configured ``parallel.gpus`` or, when 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +28,15 @@ from glmlaunch.errors import ExitCode, HardwareError, MarginError, StrictWarning
 from glmlaunch.hardware.inventory import Gpu, GpuPair, Inventory
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.verdict import judge
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
+#: ``check --json``'s document version (docs/schemas/check.schema.json).
+CHECK_SCHEMA_VERSION = 1
 Purpose = Literal["serve", "preflight"]
 PURPOSES: tuple[Purpose, ...] = ("serve", "preflight")
 
-#: Compute capabilities the kernels of each library stack are built for (config-surface.md §4).
+#: Compute capabilities the kernels of each library stack are built for (docs/configuration.md §4).
 STACK_CAPABILITIES: dict[Stack, tuple[str, ...]] = {
     "sparkinfer-r12": ("12.0", "12.1"),
     "b12x": ("12.0", "12.1"),
@@ -89,19 +93,38 @@ class CheckReport(BaseModel):
             return ExitCode.WARNINGS
         return ExitCode.OK
 
-    def to_json(self, *, strict: bool = False) -> dict[str, Any]:
-        doc = self.model_dump(mode="json")
-        code = self.exit_code(strict=strict)
-        doc["summary"] = {**self.counts(), "strict": strict, "exit_code": int(code)}
-        return doc
+    def warned(self) -> list[str]:
+        return [r.name for r in self.results if r.status == "WARN"]
 
-    def raise_for_status(self, *, strict: bool = False) -> None:
+    def verdict(self) -> dict[str, JsonValue] | None:
+        """The memory verdict (glmlaunch.ledger.verdict) behind the ``memory_verdict`` row, as JSON."""
+        try:
+            doc = self.by_name("memory_verdict").details.get("verdict")
+        except KeyError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def to_json(self, *, strict: bool = False) -> dict[str, Any]:
+        """One document: ``schema_version`` first (docs/schemas/check.schema.json)."""
+        code = self.exit_code(strict=strict)
+        return {
+            "schema_version": CHECK_SCHEMA_VERSION,
+            **self.model_dump(mode="json"),
+            "verdict": self.verdict(),
+            "summary": {**self.counts(), "strict": strict, "exit_code": int(code)},
+        }
+
+    def raise_for_status(self, *, strict: bool = False, strict_source: str = "--strict") -> None:
+        """Raise what the report's exit code stands for; ``strict_source`` names what made warnings fail
+        (``--strict``, or ``GLMLAUNCH_STRICT=1`` for commands without the flag, such as ``serve``)."""
         code = self.exit_code(strict=strict)
         if code == ExitCode.OK:
             return
         if code == ExitCode.WARNINGS:
-            names = [r.name for r in self.results if r.status == "WARN"]
-            raise StrictWarningsError(f"{len(names)} check(s) warned and --strict is set: {', '.join(names)}")
+            names = self.warned()
+            raise StrictWarningsError(
+                f"{len(names)} check(s) warned and {strict_source} makes warnings fail: {', '.join(names)}"
+            )
         failed = [r for r in self.results if r.status == "FAIL" and r.fail_code == code]
         first = f"{failed[0].name}: {failed[0].message}"
         if code == ExitCode.MARGIN:
@@ -475,8 +498,20 @@ def check_topology(config: DeploymentConfig, inv: Inventory, group: GpuGroup) ->
     if sys_pairs:
         msg = f"SYS (across CPU sockets) between GPU {', '.join(sys_pairs)}: CKV prefetch is unsafe there"
         if depth and config.parallel.dcp > 1:
-            return _r("topology", "FAIL", f"{msg}, but dcp_policy.ckv_prefetch_depth={depth}", details)
-        return _r("topology", "WARN", f"{msg}; keep dcp_policy.ckv_prefetch_depth unset or 0", details)
+            return _r(
+                "topology",
+                "FAIL",
+                f"{msg}, but dcp_policy.ckv_prefetch_depth={depth}",
+                details,
+            )
+        # Nothing to change: the profile already keeps prefetch off, so a warning would only nag.
+        if config.parallel.dcp <= 1:
+            why = "DCP 1 runs no CKV prefetch"
+        elif depth == 0:
+            why = "dcp_policy.ckv_prefetch_depth is 0, so none runs"
+        else:
+            why = "dcp_policy.ckv_prefetch_depth is unset: the library's topology-aware default applies"
+        return _r("topology", "OK", f"{msg}; {why}: nothing to change", details)
     if unknown:
         return _r("topology", "WARN", f"NVML did not report the topology of {', '.join(unknown)}", details)
     worst = sorted(set(labels.values()))
@@ -585,7 +620,7 @@ MemoryVerdict = Callable[[DeploymentConfig, MemoryInputs], CheckResult]
 def ledger_budget(
     config: DeploymentConfig, inputs: MemoryInputs, *, calibration: object | None = None
 ) -> Budget:
-    """The ledger's budget (memory-model.md §6) with the real total and the memory others hold."""
+    """The ledger's budget (docs/memory-model.md §6) with the real total and the memory others hold."""
     return compute_budget(
         config,
         build_ledger(config, calibration=calibration),
@@ -596,48 +631,33 @@ def ledger_budget(
 
 
 def check_memory_verdict(
-    config: DeploymentConfig, inputs: MemoryInputs | None, budget: Budget | None
+    config: DeploymentConfig,
+    inputs: MemoryInputs | None,
+    budget: Budget | None,
+    calibration: object | None = None,
 ) -> CheckResult:
+    """The row shows the one verdict (glmlaunch.ledger.verdict) that plan, serve and search print too."""
     if inputs is None or budget is None:
         return _r("memory_verdict", "SKIP", "NVML did not report memory", fail_code=ExitCode.MARGIN)
+    verdict = judge(config, budget, calibration)
     details: dict[str, Any] = {
         "gpu": inputs.gpu,
-        "verdict": budget.verdict,
+        "verdict": verdict.to_json(),
         "terms": budget.terms,
         "min_margin": budget.min_margin,
         "start_gate_ok": budget.start_gate_ok,
         "kv_tokens": budget.kv_tokens,
         "request_fits": budget.request_fits,
         "recommended_kv_cache_memory_bytes": budget.recommended_kv_cache_memory_bytes,
-        "reasons": list(budget.reasons),
-        "cautions": list(budget.cautions),
     }
-    where = f"GPU {inputs.gpu} (T {_gib(inputs.total_bytes)}, others {_gib(inputs.used_by_others)})"
-    if budget.verdict != "ok":
-        return _r(
-            "memory_verdict",
-            "FAIL",
-            f"{budget.verdict} on {where}: " + "; ".join(budget.reasons),
-            details,
-            fail_code=ExitCode.MARGIN,
-        )
+    where = f"on GPU {inputs.gpu} (T {_gib(inputs.total_bytes)}, others {_gib(inputs.used_by_others)})"
+    message = f"{verdict.summary()} {where}"
+    if not verdict.ok:
+        return _r("memory_verdict", "FAIL", message, details, fail_code=ExitCode.MARGIN)
     if budget.cautions:
-        return _r(
-            "memory_verdict",
-            "WARN",
-            f"margin {_gib(budget.margin)} >= min {_gib(budget.min_margin)} on {where}; "
-            + "; ".join(budget.cautions),
-            details,
-            fail_code=ExitCode.MARGIN,
-        )
-    return _r(
-        "memory_verdict",
-        "OK",
-        f"margin {_gib(budget.margin)} >= min {_gib(budget.min_margin)} on {where}; "
-        f"KV {_gib(budget.kv)} holds {budget.kv_tokens:,} tokens",
-        details,
-        fail_code=ExitCode.MARGIN,
-    )
+        message += "; " + "; ".join(budget.cautions)
+        return _r("memory_verdict", "WARN", message, details, fail_code=ExitCode.MARGIN)
+    return _r("memory_verdict", "OK", message, details, fail_code=ExitCode.MARGIN)
 
 
 def ledger_memory_verdict(config: DeploymentConfig, inputs: MemoryInputs) -> CheckResult:
@@ -654,12 +674,19 @@ def run_checks(
     *,
     purpose: Purpose = "serve",
     profile: str = "(config)",
-    budget_fn: BudgetFn = ledger_budget,
+    budget_fn: BudgetFn | None = None,
     verdict: MemoryVerdict | None = None,
+    calibration: object | None = None,
 ) -> CheckReport:
-    """Every check, in a fixed order, on the TP group of ``config`` in ``inv``."""
+    """Every check, in a fixed order, on the TP group of ``config`` in ``inv``.
+
+    ``calibration`` (the term model's ledger inputs) sizes the default budget and tells the memory verdict
+    how well its terms are known; a ``budget_fn`` given instead must budget with the same calibration.
+    """
     group = select_group(config, inv)
     inputs = memory_inputs(group)
+    if budget_fn is None:
+        budget_fn = functools.partial(ledger_budget, calibration=calibration)
     budget = budget_fn(config, inputs) if inputs is not None else None
     results = (
         check_gpu_count(config, inv, group),
@@ -675,7 +702,7 @@ def run_checks(
         check_bar1(group),
         verdict(config, inputs)
         if verdict is not None and inputs is not None
-        else check_memory_verdict(config, inputs, budget),
+        else check_memory_verdict(config, inputs, budget, calibration),
     )
     return CheckReport(
         profile=profile,

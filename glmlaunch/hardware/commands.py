@@ -6,19 +6,18 @@ inventory comes from ``hardware.get_inventory`` (a saved file, or NVML on the sp
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from rich.table import Table
 
-from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES
+from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES, GLMLAUNCH_STRICT
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.settings import ToolSettings
 from glmlaunch.config.units import format_size
-from glmlaunch.errors import ConfigError
-from glmlaunch.hardware.checks import PURPOSES, CheckReport, ledger_budget, run_checks
+from glmlaunch.errors import ConfigError, ExitCode
+from glmlaunch.hardware.checks import PURPOSES, CheckReport, run_checks
 from glmlaunch.hardware.inventory import Gpu, Inventory, P2PCaps, save_inventory
 from glmlaunch.hardware.probe import get_inventory
 from glmlaunch.output import note, out_console, out_json, warn
@@ -194,6 +193,7 @@ def run_check(
 
     if purpose not in PURPOSES:  # typer passes a plain str
         raise ConfigError("unknown purpose", key="--purpose", value=purpose, allowed=PURPOSES)
+    strict_source = "--strict" if strict else f"{GLMLAUNCH_STRICT}=1"
     strict = strict or ToolSettings.from_environ().strict
     resolved = resolve(profile, overrides)
     inv = get_inventory(inventory_file)
@@ -205,18 +205,15 @@ def run_check(
         note(use.message)
         calibration = use.calibration
     report = run_checks(
-        resolved.config,
-        inv,
-        purpose=purpose,
-        profile=resolved.profile_name,
-        budget_fn=functools.partial(ledger_budget, calibration=calibration),
+        resolved.config, inv, purpose=purpose, profile=resolved.profile_name, calibration=calibration
     )
     if as_json:
         out_json(report.to_json(strict=strict))
     else:
         out_console.print(check_table(report))
-    for r in report.results:
-        if r.status == "WARN":
-            warn(f"{r.name}: {r.message}")
-    report.raise_for_status(strict=strict)
+    # Each WARN's message is in the table (or the JSON) already: stderr names the rows once, not again.
+    warned = report.warned()
+    if warned and report.exit_code(strict=strict) != ExitCode.WARNINGS:
+        warn(f"{len(warned)} check(s) warned: {', '.join(warned)} (the messages are on stdout)")
+    report.raise_for_status(strict=strict, strict_source=strict_source)
     return report

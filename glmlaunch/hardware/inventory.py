@@ -83,48 +83,54 @@ class _Frozen(BaseModel):
 class ProbeError(_Frozen):
     """One NVML query that failed: which field, and NVML's own words."""
 
-    field: str
-    error: str
+    field: str = Field(..., description="the inventory field NVML could not read")
+    error: str = Field(..., description="NVML's own error text (e.g. Not Supported)")
 
 
 class GpuProcess(_Frozen):
-    pid: int
-    name: str | None = None
+    pid: int = Field(..., description="process id on the host")
+    name: str | None = Field(None, description="process name as NVML reports it")
     used_bytes: int | None = Field(None, description="None when NVML cannot attribute memory to the process")
-    kind: Literal["compute", "graphics"] = "compute"
+    kind: Literal["compute", "graphics"] = Field("compute", description="NVML's process list it came from")
 
 
 class PcieLink(_Frozen):
-    current_generation: int | None = None
+    current_generation: int | None = Field(None, description="PCIe generation the link runs at now")
     max_generation: int | None = Field(None, description="the most this GPU can train to in this slot")
     gpu_max_generation: int | None = Field(None, description="the most the GPU itself supports")
-    current_width: int | None = None
-    max_width: int | None = None
+    current_width: int | None = Field(None, description="lanes the link runs at now")
+    max_width: int | None = Field(None, description="the most lanes the link can train to")
 
 
 class Gpu(_Frozen):
     index: int = Field(..., ge=0, description="physical index in PCI bus order")
-    nvml_index: int = Field(..., ge=0)
-    name: str | None = None
-    uuid: str | None = None
-    pci_bus_id: str | None = None
+    nvml_index: int = Field(..., ge=0, description="NVML's device index (may differ from index)")
+    name: str | None = Field(
+        None, description="product name, e.g. NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    )
+    uuid: str | None = Field(None, description="GPU UUID")
+    pci_bus_id: str | None = Field(None, description="PCI bus id, domain:bus:device.function")
     memory_total: int | None = Field(None, ge=0, description="NVML total (includes the driver-reserved part)")
     memory_reserved: int | None = Field(None, ge=0, description="reserved by the driver, never allocatable")
-    memory_free: int | None = Field(None, ge=0)
+    memory_free: int | None = Field(None, ge=0, description="bytes free when the inventory was taken")
     memory_used: int | None = Field(None, ge=0, description="used by processes (reserved excluded)")
-    compute_capability: str | None = Field(None, pattern=r"^[0-9]+\.[0-9]+$")
-    multiprocessor_count: int | None = None
-    cuda_cores: int | None = None
-    pcie: PcieLink = PcieLink()
-    bar1_total: int | None = None
-    numa_node: int | None = None
+    compute_capability: str | None = Field(
+        None, pattern=r"^[0-9]+\.[0-9]+$", description="major.minor, e.g. 12.0"
+    )
+    multiprocessor_count: int | None = Field(
+        None, description="SMs as NVML reports them (often only under MIG)"
+    )
+    cuda_cores: int | None = Field(None, description="FP32 CUDA cores")
+    pcie: PcieLink = Field(PcieLink(), description="the PCIe link: generation and width, now and at most")
+    bar1_total: int | None = Field(None, description="BAR1 aperture in bytes (peer mappings go through it)")
+    numa_node: int | None = Field(None, description="NUMA node of the GPU's PCIe root")
     cpu_affinity: str | None = Field(None, description="CPU list in taskset form, e.g. 0-15,32-47")
     performance_state: int | None = Field(None, description="P-state: 0 is full performance, 8 idle")
-    persistence_mode: bool | None = None
-    mig_enabled: bool | None = None
+    persistence_mode: bool | None = Field(None, description="driver persistence mode")
+    mig_enabled: bool | None = Field(None, description="MIG mode (glmlaunch needs it off)")
     nvlink_active: int | None = Field(None, description="active NVLink links; None when the GPU has none")
-    processes: tuple[GpuProcess, ...] = ()
-    errors: tuple[ProbeError, ...] = ()
+    processes: tuple[GpuProcess, ...] = Field((), description="processes holding memory on this GPU")
+    errors: tuple[ProbeError, ...] = Field((), description="fields NVML could not read for this GPU")
 
     @property
     def label(self) -> str:
@@ -166,22 +172,24 @@ class Gpu(_Frozen):
 class P2PCaps(_Frozen):
     """NVML's peer-to-peer answer for one direction (src -> dst). A driver claim, not a data-path test."""
 
-    read: P2PState | None = None
-    write: P2PState | None = None
-    atomics: P2PState | None = None
-    nvlink: P2PState | None = None
-    pci: P2PState | None = None
+    read: P2PState | None = Field(None, description="P2P read capability")
+    write: P2PState | None = Field(None, description="P2P write capability")
+    atomics: P2PState | None = Field(None, description="P2P atomics capability")
+    nvlink: P2PState | None = Field(None, description="P2P over NVLink")
+    pci: P2PState | None = Field(None, description="P2P over PCIe")
 
 
 class GpuPair(_Frozen):
     """Two GPUs (physical indices, a < b): their topology and the P2P answer in both directions."""
 
-    a: int
-    b: int
-    topology: TopologyLevel | None = None
-    forward: P2PCaps = P2PCaps()
-    reverse: P2PCaps = P2PCaps()
-    errors: tuple[ProbeError, ...] = ()
+    a: int = Field(..., description="the lower physical index")
+    b: int = Field(..., description="the higher physical index")
+    topology: TopologyLevel | None = Field(
+        None, description="nearest common ancestor (nvidia-smi topo -m level)"
+    )
+    forward: P2PCaps = Field(P2PCaps(), description="P2P capabilities from a to b")
+    reverse: P2PCaps = Field(P2PCaps(), description="P2P capabilities from b to a")
+    errors: tuple[ProbeError, ...] = Field((), description="topology or P2P queries that failed")
 
     @property
     def topology_label(self) -> str:
@@ -189,21 +197,23 @@ class GpuPair(_Frozen):
 
 
 class Inventory(_Frozen):
-    schema_version: Literal[1] = 1
-    provenance: Provenance
-    captured_at: AwareDatetime
-    host: str
+    schema_version: Literal[1] = Field(1, description="version of this document's format")
+    provenance: Provenance = Field(
+        ..., description="captured from NVML, constructed from public facts, or edited"
+    )
+    captured_at: AwareDatetime = Field(..., description="when the inventory was taken (with time zone)")
+    host: str = Field(..., description="host name")
     source: str = Field(..., description="who produced the file (tool and NVML binding versions)")
-    notes: str = ""
+    notes: str = Field("", description="free text: what the capture shows, how an edited copy differs")
     derived_from: str | None = Field(None, description="for edited copies: the inventory it was edited from")
-    driver_version: str | None = None
+    driver_version: str | None = Field(None, description="NVIDIA driver version")
     cuda_driver_version: str | None = Field(None, description="CUDA version the driver supports, e.g. 13.0")
-    nvml_version: str | None = None
+    nvml_version: str | None = Field(None, description="NVML library version")
     cuda_visible_devices: str | None = Field(None, description="the CUDA_VISIBLE_DEVICES value honoured")
     host_gpu_count: int = Field(..., ge=0, description="GPUs NVML sees before CUDA_VISIBLE_DEVICES")
-    gpus: tuple[Gpu, ...]
-    pairs: tuple[GpuPair, ...] = ()
-    errors: tuple[ProbeError, ...] = ()
+    gpus: tuple[Gpu, ...] = Field(..., description="visible GPUs in CUDA order")
+    pairs: tuple[GpuPair, ...] = Field((), description="every pair of visible GPUs: topology and P2P")
+    errors: tuple[ProbeError, ...] = Field((), description="host-level NVML queries that failed")
 
     def gpu(self, index: int) -> Gpu | None:
         for g in self.gpus:
@@ -300,3 +310,29 @@ def now_utc() -> datetime:
     from datetime import UTC
 
     return datetime.now(UTC)
+
+
+def inventory_schema() -> dict[str, object]:
+    """The JSON Schema (draft 2020-12) of ``hw --json`` / ``hw --save`` documents, from the model.
+
+    ``docs/schemas/hw.schema.json`` is this, written by ``python -m glmlaunch.hardware.inventory``;
+    tests/hardware/test_inventory_schema.py fails when the file and the model drift apart.
+    """
+    schema: dict[str, object] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://glmlaunch.invalid/schemas/hw.schema.json",
+        "title": "glmlaunch hw --json",
+    }
+    schema.update(Inventory.model_json_schema(mode="serialization"))
+    schema["title"] = "glmlaunch hw --json"
+    schema["description"] = (
+        "The GPU inventory NVML reported (what `hw --save` writes and `--inventory FILE` reads back); every "
+        "field NVML could not read is null with a matching entry in `errors`."
+    )
+    return schema
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(json.dumps(inventory_schema(), indent=2) + "\n")

@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from glmlaunch.config.environment import compose
-from glmlaunch.config.registry import GLMLAUNCH_SKIP_PREFLIGHT
+from glmlaunch.config.registry import GLMLAUNCH_SKIP_PREFLIGHT, GLMLAUNCH_STRICT
 from glmlaunch.config.render_args import full_argv, managed_flag_conflicts
 from glmlaunch.config.resolve import Resolved, resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.settings import ToolSettings
-from glmlaunch.config.units import format_size
 from glmlaunch.errors import (
     ConfigError,
     ConfigErrors,
-    ExitCode,
     GlmlaunchError,
+    HardwareError,
+    LaunchError,
     MarginError,
     NoGpuError,
     PreflightError,
@@ -52,12 +52,15 @@ from glmlaunch.launch.handoff import (
 )
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.verdict import Verdict, judge
 from glmlaunch.output import mask_secrets, note, out_json, out_text, register_secrets, warn
 
 if TYPE_CHECKING:
     from glmlaunch.preflight.api import PreflightRun
 
 BACKENDS = ("auto", "sparkinfer", "b12x", "replay")
+#: ``serve --dry-run --json``'s document version (docs/schemas/serve-dry-run.schema.json).
+DRY_RUN_SCHEMA_VERSION = 1
 StageName = Literal["resolve", "check", "plan", "preflight", "baseline"]
 StageStatus = Literal["ok", "warn", "skipped", "failed"]
 
@@ -85,12 +88,36 @@ class StageRecord:
     stage: StageName
     status: StageStatus
     detail: str
+    #: the code a real launch stops with at this stage (None: it goes on)
+    exit_code: int | None = None
 
-    def line(self) -> str:
-        return f"{self.stage} {self.status}: {self.detail}"
+    def line(self, *, dry_run: bool = True) -> str:
+        who = "a real launch" if dry_run else "the launch"
+        stop = f"; {who} stops here with exit {self.exit_code}" if self.exit_code is not None else ""
+        return f"{self.stage} {self.status}: {self.detail}{stop}"
 
-    def to_json(self) -> dict[str, str]:
-        return {"stage": self.stage, "status": self.status, "detail": mask_secrets(self.detail)}
+    def to_json(self) -> dict[str, object]:
+        return {
+            "stage": self.stage,
+            "status": self.status,
+            "detail": mask_secrets(self.detail),
+            "exit_code": self.exit_code,
+        }
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A stage a real launch would stop at, and the error it would stop with."""
+
+    stage: StageName
+    error: GlmlaunchError
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "stage": self.stage,
+            "exit_code": int(self.error.exit_code),
+            "error": mask_secrets(self.error.one_line()),
+        }
 
 
 @dataclass(frozen=True)
@@ -106,17 +133,28 @@ class ServePlan:
     warnings: tuple[str, ...] = ()
     checks: CheckReport | None = None
     dry_run: bool = False
-    #: the error a real launch would stop with (dry runs only: they print the command regardless)
-    failure: GlmlaunchError | None = None
+    #: every stage a real launch would stop at, in stage order (dry runs only: a real launch raises at the
+    #: first; a dry run goes on so that it can show the command and every problem)
+    blocking: tuple[Blocking, ...] = ()
+    #: the memory verdict of the plan stage (glmlaunch.ledger.verdict)
+    verdict: Verdict | None = None
+
+    @property
+    def failure(self) -> GlmlaunchError | None:
+        """The error a real launch would stop with: the first blocking stage's."""
+        return self.blocking[0].error if self.blocking else None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "schema_version": DRY_RUN_SCHEMA_VERSION,
             "profile": self.profile,
             "dry_run": self.dry_run,
             "started": False,
             "would_start": self.failure is None,
             "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
             "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
+            "blocking": [b.to_json() for b in self.blocking],
+            "verdict": self.verdict.to_json() if self.verdict is not None else None,
             "argv": mask_argv(self.spec.argv),
             "command": self.spec.command_line(),
             "extra_args": mask_argv(self.extra_args),
@@ -172,6 +210,12 @@ class _BudgetMemo:
         return self.budget
 
 
+def _say(record: StageRecord, *, dry_run: bool) -> None:
+    # A dry run prints its stages on stdout (they are its data); a real launch reports them as progress.
+    if not dry_run:
+        note(record.line(dry_run=False))
+
+
 def check_stage(
     config: DeploymentConfig,
     profile: str,
@@ -180,91 +224,107 @@ def check_stage(
     environ: Mapping[str, str],
     strict: bool,
     dry_run: bool,
+    calibration: object | None = None,
 ) -> tuple[StageRecord, CheckReport | None, _BudgetMemo, GlmlaunchError | None]:
     """Hardware checks and the memory verdict on the GPUs vLLM will see (the launch environment's view)."""
     from glmlaunch.hardware.probe import get_inventory
 
-    memo = _BudgetMemo()
+    memo = _BudgetMemo(calibration=calibration)
     try:
         inv = get_inventory(inventory_file, environ=environ)
     except NoGpuError as exc:
         if not dry_run:
             raise
-        record = StageRecord(
-            "check", "skipped", f"no GPU to check here ({exc.one_line()}); a real launch stops with exit 8"
-        )
-        warn(record.line())
-        return record, None, memo, None
-    from glmlaunch.calibrate.apply import calibration_for
-
-    use = calibration_for(config, inv)
-    for line in use.warnings:
-        warn(line)
-    note(use.message)
-    memo.calibration = use.calibration
-    report = run_checks(config, inv, purpose="serve", profile=profile, budget_fn=memo)
+        record = StageRecord("check", "skipped", "no GPU to check here", exit_code=int(exc.exit_code))
+        return record, None, memo, exc
+    report = run_checks(
+        config, inv, purpose="serve", profile=profile, budget_fn=memo, calibration=calibration
+    )
     counts = report.counts()
+    failure: GlmlaunchError | None = None
+    try:
+        report.raise_for_status(strict=strict, strict_source=f"{GLMLAUNCH_STRICT}=1")
+    except GlmlaunchError as exc:
+        failure = exc
     for r in report.results:
-        if r.status in ("WARN", "FAIL"):
+        # The error line names the first failure of its class already: every other row is said once here.
+        named = failure is not None and r.status == "FAIL" and f"{r.name}: {r.message}" in failure.message
+        if r.status in ("WARN", "FAIL") and not named:
             warn(f"check {r.name}: {r.status}: {r.message}")
     summary = (
         f"{len(report.results)} checks on GPUs {list(report.gpus)} of the {report.inventory}: "
         f"{counts['OK']} OK, {counts['WARN']} WARN, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP"
     )
-    status: StageStatus = "failed" if counts["FAIL"] else ("warn" if counts["WARN"] else "ok")
-    record = StageRecord("check", status, summary)
-    note(record.line())
-    try:
-        report.raise_for_status(strict=strict)
-    except GlmlaunchError as exc:
-        return record, report, memo, exc
-    return record, report, memo, None
+    status: StageStatus = "failed" if failure is not None else ("warn" if counts["WARN"] else "ok")
+    record = StageRecord(
+        "check", status, summary, exit_code=int(failure.exit_code) if failure is not None else None
+    )
+    _say(record, dry_run=dry_run)
+    return record, report, memo, failure
 
 
-def plan_stage(config: DeploymentConfig, memo: _BudgetMemo) -> tuple[StageRecord, MarginError | None]:
+def plan_stage(
+    config: DeploymentConfig, memo: _BudgetMemo, *, dry_run: bool = False
+) -> tuple[StageRecord, Verdict, MarginError | None]:
     """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
     budget, basis = memo.budget, "the GPUs' real memory"
+    cal = memo.calibration
     if budget is None:
-        from glmlaunch.calibrate.apply import calibration_for
-
-        cal = memo.calibration if memo.calibration is not None else calibration_for(config).calibration
         budget = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
         basis = "the profile's hardware.memory_per_gpu (no GPU memory was read)"
-    text = (
-        f"margin {format_size(budget.margin)} "
-        f"(min {format_size(budget.min_margin)}), KV {format_size(budget.kv)} = {budget.kv_tokens:,} tokens, "
-        f"from {basis}"
-    )
-    if budget.verdict != "ok":
+        # Without a check stage no memory_verdict row carried the cautions: they are said here, once.
+        for caution in budget.cautions:
+            warn(f"plan: {caution}")
+    verdict = judge(config, budget, cal)
+    text = f"verdict {verdict.summary()}; from {basis}"
+    if not verdict.ok:
         error = MarginError(
-            f"plan: {budget.verdict}: {text}: " + "; ".join(budget.reasons),
+            f"plan: {verdict.summary()}",
             hint="`glmlaunch plan` shows every entry; lower memory.gpu_memory_utilization or the pools",
         )
-        return StageRecord("plan", "failed", f"{budget.verdict}: {text}"), error
-    for caution in budget.cautions:
-        warn(f"plan: {caution}")
+        return StageRecord("plan", "failed", text, exit_code=int(error.exit_code)), verdict, error
     record = StageRecord("plan", "ok", text)
-    note(record.line())
-    return record, None
+    _say(record, dry_run=dry_run)
+    return record, verdict, None
 
 
-def preflight_stage(config: DeploymentConfig, backend: str) -> PreflightRun:
+def preflight_stage(
+    config: DeploymentConfig, backend: str, calibration: object | None = None
+) -> PreflightRun:
     """Build the pools on the real GPUs and compare with the ledger (glmlaunch.preflight)."""
     from glmlaunch.preflight.api import run_preflight
-    from glmlaunch.preflight.report import build_report, render_text
+    from glmlaunch.preflight.report import build_report, failure_error, render_text
 
-    run = run_preflight(config, backend=cast(Any, backend), device="cuda", progress=note)
+    run = run_preflight(
+        config, backend=cast(Any, backend), device="cuda", progress=note, calibration=calibration
+    )
     report = build_report(run)
     note(render_text(report))
-    code = ExitCode(report.exit_code)
-    if code == ExitCode.OK:
+    error = failure_error(report, launching=True)
+    if error is None:
         return run
-    message = report.root_cause or report.verdict
-    if code == ExitCode.MARGIN:
-        raise MarginError(f"preflight: {report.verdict}", hint="lower gpu_memory_utilization or the pools")
-    if code == ExitCode.INTERRUPTED:
-        raise KeyboardInterrupt
-    raise PreflightError(f"preflight failed: {message}; vLLM was not started")
+    raise error
+
+
+def preflight_forecast(config: DeploymentConfig, environ: Mapping[str, str]) -> GlmlaunchError | None:
+    """What stops a real launch's preflight here before it starts: no NVML or GPU (8), too few GPUs (3).
+
+    A dry run starts no worker, but it can tell whether the preflight could run on this machine at all,
+    so that ``would_start`` says what the real launch would do.
+    """
+    from glmlaunch.hardware.probe import probe
+
+    try:
+        gpus = probe(environ=environ).gpus
+    except NoGpuError as exc:
+        return NoGpuError(f"the preflight needs the GPUs: {exc.message}", hint=exc.hint)
+    if len(gpus) < config.parallel.tp:
+        return HardwareError(
+            f"the preflight needs parallel.tp = {config.parallel.tp} GPUs; {len(gpus)} visible",
+            key="parallel.tp",
+            value=config.parallel.tp,
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -359,18 +419,31 @@ def confirm_baseline(
 # --- the whole chain ------------------------------------------------------------------------------
 
 
+_DRY_RUN_SKIP = "--dry-run starts no process"
+
+
 def _skip_reason(options: ServeOptions, tool: ToolSettings) -> str | None:
-    if options.dry_run:
-        return "--dry-run starts no process"
+    # The flag and the variable come first: a dry run of a launch that skips the preflight anyway has no
+    # preflight to forecast.
     if options.skip_preflight:
         return "--skip-preflight"
     if tool.skip_preflight:
         return f"{GLMLAUNCH_SKIP_PREFLIGHT}=1"
+    if options.dry_run:
+        return _DRY_RUN_SKIP
     return None
 
 
 def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
-    """Run every stage up to the hand-off and return what would be executed."""
+    """Run every stage up to the hand-off and return what would be executed.
+
+    A real launch raises at the first stage that fails. A dry run goes on past every failure so that it
+    shows the command and every stage; it records each stage a real launch would stop at (``blocking``),
+    and the first one's exit code is the dry run's.
+    """
+    from glmlaunch.calibrate.apply import calibration_for
+
+    dry = options.dry_run
     register_secrets(environ)
     register_argv_secrets(options.extra_args)
     tool = ToolSettings.from_environ(environ)
@@ -385,19 +458,39 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
     warnings = [d.one_line() for d in resolved.warnings]
     for line in warnings:
         warn(line)
-    stages = [StageRecord("resolve", "ok", f"profile {resolved.profile_name}")]
     reject_managed_flags(options.extra_args)
+    blocking: list[Blocking] = []
 
     vllm = locate_vllm(options.vllm_bin, environ)
+    resolved_text = f"profile {resolved.profile_name}"
     if vllm.path is None:
-        if not options.dry_run:
+        try:
             require_vllm(vllm)
-        warn(f"vllm executable: {vllm.problem} (from {vllm.source}); a real launch stops with exit 6")
+        except LaunchError as exc:
+            if not dry:
+                raise
+            blocking.append(Blocking("resolve", exc))
+            resolved_text += f"; vllm: {vllm.problem} (from {vllm.source})"
+    stages = [
+        StageRecord(
+            "resolve",
+            "failed" if blocking else "ok",
+            resolved_text,
+            exit_code=int(blocking[0].error.exit_code) if blocking else None,
+        )
+    ]
+    _say(stages[0], dry_run=dry)
 
     launch_env = compose(config, environ)
     shadowed = tuple(s.message() for s in launch_env.shadowed)
     for line in shadowed:
         warn(line)
+
+    # Once per launch: the check's memory verdict, the plan stage and the preflight use the same terms.
+    use = calibration_for(config)
+    for line in use.warnings:
+        warn(line)
+    note(use.message)
 
     check, report, memo, check_failure = check_stage(
         config,
@@ -405,27 +498,36 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         inventory_file=options.inventory,
         environ=launch_env.full,
         strict=strict,
-        dry_run=options.dry_run,
+        dry_run=dry,
+        calibration=use.calibration,
     )
     stages.append(check)
-    # A dry run goes on past a failed check or plan so the command is still shown; the failure is
-    # printed with it and decides the exit code. A real launch stops here.
-    if check_failure is not None and not options.dry_run:
-        raise check_failure
-    plan_record, plan_failure = plan_stage(config, memo)
+    if check_failure is not None:
+        if not dry:
+            raise check_failure
+        blocking.append(Blocking("check", check_failure))
+    plan_record, verdict, plan_failure = plan_stage(config, memo, dry_run=dry)
     stages.append(plan_record)
-    failure = check_failure or plan_failure
-    if failure is not None and not options.dry_run:
-        raise failure
+    if plan_failure is not None:
+        if not dry:
+            raise plan_failure
+        blocking.append(Blocking("plan", plan_failure))
 
     skip = _skip_reason(options, tool)
     if skip is not None:
-        record = StageRecord("preflight", "skipped", skip)
-        (note if options.dry_run else warn)(record.line())
+        forecast = preflight_forecast(config, launch_env.full) if skip == _DRY_RUN_SKIP else None
+        if forecast is not None:
+            blocking.append(Blocking("preflight", forecast))
+            detail = f"{skip}; a real launch runs it and stops: {forecast.message}"
+            record = StageRecord("preflight", "skipped", detail, exit_code=int(forecast.exit_code))
+        else:
+            record = StageRecord("preflight", "skipped", skip)
+        if not dry:
+            warn(record.line(dry_run=False))  # skipping a real launch's preflight is worth a warning
         stages.append(record)
         stages.append(StageRecord("baseline", "skipped", "no preflight ran, so no workers to wait for"))
     else:
-        run = preflight_stage(config, backend)
+        run = preflight_stage(config, backend, use.calibration)
         stages.append(StageRecord("preflight", "ok", f"preflight passed ({run.backend.name} backend)"))
         stages.append(confirm_baseline(run, launch_env.full))
 
@@ -442,8 +544,9 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         shadowed=shadowed,
         warnings=tuple(warnings),
         checks=report,
-        dry_run=options.dry_run,
-        failure=failure,
+        dry_run=dry,
+        blocking=tuple(blocking),
+        verdict=verdict,
     )
 
 
@@ -474,9 +577,11 @@ def dry_run_text(plan: ServePlan) -> str:
         lines.append(f"# {stage.line()}")
     lines.append("# environment changes (the rest of the caller's environment is passed unchanged)")
     lines.extend(_env_line(c) for c in plan.spec.env_changes)
-    if plan.failure is not None:
-        code = int(plan.failure.exit_code)
-        lines.append(f"# a launch would stop here, exit {code}: {plan.failure.one_line()}")
+    if plan.blocking:
+        first = plan.blocking[0]
+        code = int(first.error.exit_code)
+        stop = f"# a launch would stop at the {first.stage} stage, exit {code}"
+        lines.append(f"{stop}: {first.error.one_line()}")
     lines.append("# command")
     lines.append(plan.spec.command_line())
     return "\n".join(lines)

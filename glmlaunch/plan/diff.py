@@ -99,12 +99,24 @@ def run_diff(
             key="diff",
             hint="give a second profile (glmlaunch diff gate turnkey) or overrides (--set key=value)",
         )
-    left = make_plan(a, (), gpu_memory=gpu_memory, library=library)
-    right = make_plan(b if b is not None else a, overrides, gpu_memory=gpu_memory, library=library)
+    from glmlaunch.output import note
+
+    said: list[str] = []
+    left = make_plan(a, (), gpu_memory=gpu_memory, library=library, messages=said)
+    right = make_plan(
+        b if b is not None else a, overrides, gpu_memory=gpu_memory, library=library, messages=said
+    )
+    # Both sides usually share the calibration message: say it once, or once per side when they differ.
+    if len(set(said)) == 1:
+        note(said[0])
+    else:
+        for side, message in zip(("left", "right"), said, strict=True):
+            note(f"{side}: {message}")
     return diff_plans(left, right)
 
 
 def diff_document(d: Diff) -> dict[str, Any]:
+    """One document, ``schema_version`` first (docs/schemas/diff.schema.json)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "left": {"profile": d.left.resolved.profile_name, "overrides": list(d.left.resolved.overrides)},
@@ -123,4 +135,5 @@ def diff_document(d: Diff) -> dict[str, Any]:
         ],
         "budget": [{"term": t, "left": a, "right": b, "delta": b - a} for t, a, b in d.budget],
         "verdict": {"left": d.left.budget.verdict, "right": d.right.budget.verdict},
+        "verdicts": {"left": d.left.verdict.to_json(), "right": d.right.verdict.to_json()},
     }

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from glmlaunch import __version__
 from glmlaunch.config.resolve import Resolved, resolve_config
@@ -22,6 +22,7 @@ from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
 from glmlaunch.ledger.model import Entry, Ledger
+from glmlaunch.ledger.verdict import Verdict, judge
 
 SCHEMA_VERSION = 1
 
@@ -32,10 +33,18 @@ class PlanResult:
     ledger: Ledger
     budget: Budget
     calibration: object | None = None
+    # Which calibration the figures use, in words: part of the plan's header (stdout), not a message,
+    # so a shipped profile's plan says nothing about itself on stderr.
+    calibration_message: str = ""
 
     @property
     def config(self) -> DeploymentConfig:
         return self.resolved.config
+
+    @property
+    def verdict(self) -> Verdict:
+        """The one verdict (status, blockers, confidence) every output of this plan renders."""
+        return judge(self.config, self.budget, self.calibration)
 
 
 def parse_gpu_memory(value: str | None) -> int | None:
@@ -89,19 +98,25 @@ def make_plan(
     *,
     gpu_memory: str | None = None,
     library: str = "builtin",
+    messages: list[str] | None = None,
 ) -> PlanResult:
+    """Resolve and plan. The calibration message is kept in the result (``calibration_message``: the plan
+    shows it in its header), and appended to ``messages`` when given (``diff`` plans twice and says a
+    message both sides share once)."""
     from glmlaunch.calibrate.apply import calibration_for
-    from glmlaunch.output import note, register_config_secrets, warn
+    from glmlaunch.output import register_config_secrets, warn
 
     resolved = resolve_config(profile, overrides)
     register_config_secrets(resolved.config.env, resolved.config.vllm_args)
     use = calibration_for(resolved.config)
     for line in use.warnings:
         warn(line)
-    note(use.message)
-    return plan_resolved(
+    if messages is not None:
+        messages.append(use.message)
+    result = plan_resolved(
         resolved, gpu_memory=parse_gpu_memory(gpu_memory), library=library, calibration=use.calibration
     )
+    return replace(result, calibration_message=use.message)
 
 
 #: ``--explain`` names for the budget terms (the term model's account of each), besides ledger entries.
@@ -196,14 +211,49 @@ class BudgetDoc(_Doc):
     recommended_kv_cache_memory_bytes: int
 
 
+class BlockerDoc(_Doc):
+    id: str = Field(
+        description="the constraint that fails: start-gate, no-kv (no memory left for the KV cache), "
+        "request-fit (one max_model_len request does not fit the KV cache), oom-risk (negative margin), "
+        "margin (below memory.min_margin)"
+    )
+    message: str = Field(description="the constraint and its figures, e.g. 'the margin: 512.00 MiB < …'")
+    terms: list[str] = Field(description="the budget terms this constraint rests on")
+
+
 class VerdictDoc(_Doc):
-    status: str
-    ok: bool
-    reasons: list[str]
+    """The one memory verdict (glmlaunch.ledger.verdict): the same object in plan, check, serve and search."""
+
+    status: str = Field(description="ok, below-margin, oom-risk or refused")
+    ok: bool = Field(description="status is ok")
+    reasons: list[str] = Field(description="the budget's reasons for a status other than ok")
     # Added in version 1 (compatible): findings that rest on defaults or estimates and so do not
     # decide the status, e.g. a max_model_len request that may not fit the KV budget.
-    cautions: list[str] = []
-    request_fit_confirmed: bool = True
+    cautions: list[str] = Field(
+        default=[],
+        description="findings that rest on defaults or estimates and so do not decide the status",
+    )
+    request_fit_confirmed: bool = Field(
+        default=True,
+        description="whether one max_model_len request's fit rests on known W and KV bytes/token (a "
+        "shortfall then refuses; otherwise it is a caution)",
+    )
+    # Added in version 1 (compatible): the blocker and the confidence.
+    confidence: str = Field(
+        description="confirmed (every deciding term from calibration records, the profile or an exact "
+        "formula), rig-defaults (one rests on the rig defaults), estimate (one is a default or estimate)"
+    )
+    blocker: str | None = Field(description="the first failing constraint's id (null when ok)")
+    blockers: list[BlockerDoc] = Field(description="every failing constraint, in vLLM's order")
+    deciding_terms: list[str] = Field(description="the budget terms the status rests on")
+    unconfirmed_terms: list[str] = Field(
+        description="the deciding terms that are not from records, the profile or an exact formula"
+    )
+    term_sources: dict[str, str] = Field(
+        description="per term (U_pre, W, P, N, G_e, KV bytes/token): record, exact, profile, rig-defaults, "
+        "estimate or default"
+    )
+    summary: str = Field(description="the verdict as one line, as the text outputs print it")
 
 
 class SettingsDoc(_Doc):
@@ -233,6 +283,10 @@ class PlanDoc(_Doc):
     ranks: list[RankDoc]
     latent: list[EntryDoc]
     notes: list[str]
+    # Added in version 1 (compatible).
+    calibration: str = Field(
+        "", description="which calibration the figures use: the records applied, or the rig defaults, or none"
+    )
     budget: BudgetDoc
     verdict: VerdictDoc
 
@@ -324,12 +378,7 @@ def plan_document(result: PlanResult) -> PlanDoc:
         ranks=ranks,
         latent=[entry_doc(e) for e in ledger.latent],
         notes=list(ledger.notes),
+        calibration=result.calibration_message,
         budget=budget_doc(budget),
-        verdict=VerdictDoc(
-            status=budget.verdict,
-            ok=budget.verdict == "ok",
-            reasons=list(budget.reasons),
-            cautions=list(budget.cautions),
-            request_fit_confirmed=budget.request_fit_confirmed,
-        ),
+        verdict=VerdictDoc.model_validate(result.verdict.to_json()),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,8 @@ from glmlaunch.preflight.types import (
 
 FailureKind = Literal["error", "signal", "exit", "timeout", "interrupted", "vanished"]
 
+#: Prefix of the working directory each run makes under the system temporary directory.
+WORKDIR_PREFIX = "glmlaunch-preflight-"
 POLL_S = 0.05
 #: After the first failure, keep listening this long so a peer's earlier error is not missed.
 SETTLE_S = 0.5
@@ -103,6 +106,9 @@ class LaunchOutcome:
     wall_s: float
     log_tails: tuple[str, ...]
     workdir: str
+    #: whether ``workdir`` is still on disk: kept after a failed run (its rank logs are the evidence),
+    #: removed after a successful one unless the caller named it (``LaunchRequest.workdir``)
+    workdir_kept: bool = True
 
     @property
     def ok(self) -> bool:
@@ -314,7 +320,8 @@ def _phase_wall(ranks: list[_Rank]) -> dict[str, float]:
 def launch(request: LaunchRequest, progress: Progress | None = None) -> LaunchOutcome:
     """Run the workers to completion or first failure; never leaves a worker behind."""
     say = progress or (lambda _msg: None)
-    workdir = Path(request.workdir or tempfile.mkdtemp(prefix="glmlaunch-preflight-"))
+    owned = request.workdir is None
+    workdir = Path(request.workdir or tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     ranks: list[_Rank] = []
@@ -324,8 +331,8 @@ def launch(request: LaunchRequest, progress: Progress | None = None) -> LaunchOu
     with _signals_raise():
         try:
             _spawn(request, workdir, ranks)
-            say(f"started {len(ranks)} worker(s): {request.backend} backend, {request.device_mode} mode; "
-                f"results and logs in {workdir}")
+            # Where the results and logs are is said once, by the error of a failed run (which keeps them).
+            say(f"started {len(ranks)} worker(s): {request.backend} backend, {request.device_mode} mode")
             first_failure_at: float | None = None
             while True:
                 now_mono, now_wall = time.monotonic(), time.time()
@@ -378,6 +385,14 @@ def launch(request: LaunchRequest, progress: Progress | None = None) -> LaunchOu
             -1, "/".join(sorted(phases)), "interrupted", f"{signal_name(interrupted)} to the parent",
             time.time(),
         )
+    tails = tuple(_tail(r.log_path) for r in ranks)
+    ok = root is None and interrupted is None and not survivors
+    kept = True
+    if ok and owned:
+        # Everything the report needs (results, log tails) is in memory now; a successful run leaves
+        # nothing behind in /tmp. A failed one keeps the directory: the rank logs say what went wrong.
+        shutil.rmtree(workdir, ignore_errors=True)
+        kept = workdir.exists()
     return LaunchOutcome(
         results=tuple(r.result for r in ranks),
         failures=tuple(sorted(failures, key=lambda f: (f.time, f.rank))),
@@ -386,6 +401,7 @@ def launch(request: LaunchRequest, progress: Progress | None = None) -> LaunchOu
         survivors=survivors,
         phase_wall=_phase_wall(ranks),
         wall_s=round(time.monotonic() - t0, 3),
-        log_tails=tuple(_tail(r.log_path) for r in ranks),
+        log_tails=tails,
         workdir=str(workdir),
+        workdir_kept=kept,
     )

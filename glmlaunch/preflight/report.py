@@ -31,6 +31,8 @@ from glmlaunch.preflight.types import RankResult, StepRecord
 
 PAGE = 2 * MIB
 SEGMENT = 20 * MIB
+#: ``preflight --json``'s document version (docs/schemas/preflight.schema.json).
+SCHEMA_VERSION = 1
 
 
 class PreflightInterrupted(GlmlaunchError):
@@ -91,9 +93,11 @@ class PreflightReport:
     exit_code: int
     #: every rank's raw result: phase timings, memory marks, and each measured step
     results: tuple[dict[str, Any], ...] = ()
+    #: the workers' directory (results, rank logs) when the run kept it: only a failed run does
+    workdir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
 
 
 def _tolerance(entries: list[Entry], predicted: int) -> int:
@@ -294,6 +298,7 @@ def build_report(run: PreflightRun) -> PreflightReport:
         verdict=verdict,
         exit_code=int(code),
         results=tuple(r.to_dict() for r in results),
+        workdir=outcome.workdir if outcome.workdir_kept else None,
     )
 
 
@@ -350,6 +355,34 @@ def render_text(report: PreflightReport) -> str:
     return "\n".join(lines)
 
 
+def failure_error(report: PreflightReport, *, launching: bool = False) -> GlmlaunchError | None:
+    """The error the report's exit code stands for (None when it passed); it names the kept directory.
+    ``launching``: the preflight ran as ``serve``'s stage, so the error says that vLLM was not started."""
+    code = ExitCode(report.exit_code)
+    if code == ExitCode.OK:
+        return None
+    stopped = "; vLLM was not started" if launching else ""
+    # The one line that says where the failed run's rank logs are (the directory is kept for them).
+    kept = f"the workers' results and logs are kept in {report.workdir}" if report.workdir else None
+    message = report.root_cause or report.verdict
+    if code == ExitCode.INTERRUPTED:
+        return PreflightInterrupted(
+            f"preflight interrupted: {message}; every worker was torn down{stopped}", hint=kept
+        )
+    if code == ExitCode.MARGIN:
+        return MarginError(
+            f"preflight: {report.verdict}{stopped}",
+            hint="lower gpu_memory_utilization or the pools" + (f"; {kept}" if kept else ""),
+        )
+    if report.comparisons and not report.root_cause and not report.leaks:
+        bad = [c.label for c in report.comparisons if c.within is False]
+        return PreflightError(
+            f"preflight: measured and predicted disagree beyond tolerance for {', '.join(bad)}{stopped}",
+            hint=kept,
+        )
+    return PreflightError(f"preflight failed: {message}{stopped}", hint=kept)
+
+
 def render(report: PreflightReport, *, as_json: bool) -> None:
     """Print the report (JSON on stdout, or the table on stdout) and raise the verdict's error."""
     if as_json:
@@ -358,17 +391,6 @@ def render(report: PreflightReport, *, as_json: bool) -> None:
         out_text(render_text(report))
     if report.root_cause_detail and not as_json:
         err_console.print(report.root_cause_detail, markup=False, highlight=False)
-    code = ExitCode(report.exit_code)
-    if code == ExitCode.OK:
-        return
-    message = report.root_cause or report.verdict
-    if code == ExitCode.INTERRUPTED:
-        raise PreflightInterrupted(f"preflight interrupted: {message}; every worker was torn down")
-    if code == ExitCode.MARGIN:
-        raise MarginError(f"preflight: {report.verdict}", hint="lower gpu_memory_utilization or the pools")
-    if report.comparisons and not report.root_cause and not report.leaks:
-        bad = [c.label for c in report.comparisons if c.within is False]
-        raise PreflightError(
-            f"preflight: measured and predicted disagree beyond tolerance for {', '.join(bad)}"
-        )
-    raise PreflightError(f"preflight failed: {message}")
+    error = failure_error(report)
+    if error is not None:
+        raise error

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 
 from glmlaunch.calibrate.apply import calibration_for, model_calibration
 from glmlaunch.calibrate.derive import derive_document
@@ -168,11 +170,46 @@ def test_kv_tokens_are_whole_blocks_per_rank() -> None:
     assert kv_cache.tokens_for(2_054_649_855, 31_976, 4) == 256_768
 
 
+def validate(text: str, name: str) -> dict[str, Any]:
+    """A real --json output against docs/schemas/<name>.schema.json: one object, schema_version first,
+    and a key the schema does not describe fails."""
+    doc = json.loads(text)
+    schema = json.loads((REPO / "docs" / "schemas" / f"{name}.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert isinstance(doc, dict) and next(iter(doc)) == "schema_version" and doc["schema_version"] == 1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**doc, "undescribed": 1}, schema, cls=jsonschema.Draft202012Validator)
+    return doc
+
+
+def test_calibrate_json_documents_follow_their_schemas_with_an_empty_store(clean_env: dict[str, str]) -> None:
+    listed = run_cli("calibrate", "list", "--json", env=clean_env)
+    assert listed.returncode == 0, listed.stderr
+    assert validate(listed.stdout, "calibrate-list")["records"] == []
+    rig = run_cli("calibrate", "show", "-p", "turnkey", "--json", env=clean_env)
+    assert rig.returncode == 0, rig.stderr
+    doc = validate(rig.stdout, "calibrate-show")
+    assert doc["record"] is None and doc["term_model"]["origin"] == "rig-default"
+    none = run_cli(
+        "calibrate",
+        "show",
+        "-p",
+        "turnkey",
+        "--set",
+        "hardware.gpu_model=NVIDIA H200",
+        "--json",
+        env=clean_env,
+    )
+    assert none.returncode == 0, none.stderr
+    doc = validate(none.stdout, "calibrate-show")
+    assert doc["record"] is None and doc["term_model"] is None and "no calibration records" in doc["message"]
+
+
 def test_cli_ingest_list_show(clean_env: dict[str, str], tmp_path: Path) -> None:
     logs = [str(REAL / n) for n in (V3, TRUNCATED, REFUSED)]
     res = run_cli("calibrate", "ingest", *logs, "--json", env=clean_env)
     assert res.returncode == 0, res.stderr
-    full, trunc, refused = json.loads(res.stdout)["records"]
+    full, trunc, refused = validate(res.stdout, "calibrate-ingest")["records"]
     assert full["usable"] and not trunc["usable"] and not refused["usable"]
     assert "saved" in res.stderr and "no inventory" in res.stderr
     assert "vLLM refused to start in this boot: one 131072-token request needs 0.98 GiB" in res.stderr
@@ -188,19 +225,19 @@ def test_cli_ingest_list_show(clean_env: dict[str, str], tmp_path: Path) -> None
 
     listed = run_cli("calibrate", "list", "--json", env=clean_env)
     assert listed.returncode == 0
-    ids = {r["record_id"] for r in json.loads(listed.stdout)["records"]}
+    ids = {r["record_id"] for r in validate(listed.stdout, "calibrate-list")["records"]}
     assert ids == {full["record_id"], trunc["record_id"], refused["record_id"]}
 
     shown = run_cli("calibrate", "show", full["record_id"], "--json", env=clean_env)
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["record"]["record_id"] == full["record_id"]
+    assert validate(shown.stdout, "calibrate-show")["record"]["record_id"] == full["record_id"]
 
     # without an id: the term model the profile's plan uses, term by term, with its records and residuals
     profile = tmp_path / "v3.yaml"
     assert run_cli("profiles", "import", logs[0], "-o", str(profile), env=clean_env).returncode == 0
     model = run_cli("calibrate", "show", "-p", str(profile), "--json", env=clean_env)
     assert model.returncode == 0, model.stderr
-    doc = json.loads(model.stdout)["term_model"]
+    doc = validate(model.stdout, "calibrate-show")["term_model"]
     assert doc["origin"] == "calibrated" and len(doc["records"]) == 3
     p = doc["terms"]["p"]
     assert set(p["features"]) == {"const", "tokens", "mtp"} and p["records"]

@@ -6,8 +6,9 @@ import json
 import math
 from pathlib import Path
 
+import jsonschema
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 
 from glmlaunch.calibrate.apply import model_calibration
 from glmlaunch.calibrate.learn import learn
@@ -24,6 +25,15 @@ from glmlaunch.ledger.budget import compute_budget
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 V3 = "vllm-current210-cap1024-mtp3-v3-server.log"
 REFUSED = "vllm-current210-unset-mtp3-v1-server.log"
+
+
+def validate(doc: object) -> None:
+    """The real --json output against docs/schemas/calibrate-search.schema.json; unknown keys fail."""
+    schema = json.loads((REPO / "docs" / "schemas" / "calibrate-search.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert isinstance(doc, dict) and next(iter(doc)) == "schema_version"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**doc, "undescribed": 1}, schema, cls=jsonschema.Draft202012Validator)
 
 
 def r12(*overrides: str) -> DeploymentConfig:
@@ -105,7 +115,9 @@ def test_max_prefill_capacity_lies_between_the_booted_and_the_refused_one(
     assert result.best is not None and result.next_up is not None
     best = int(result.best.value)
     assert 1024 <= best < 3072
-    assert not result.next_up.feasible and any("one request" in r for r in result.next_up.reasons)
+    assert not result.next_up.feasible and any(
+        r.startswith("the request fit") for r in result.next_up.reasons
+    )
     for cap in range(256, 3072 + 1, 256):
         assert feasible_independently(at(cfg, exl3__prefill_capacity=cap), model) == (cap <= best), cap
 
@@ -156,6 +168,9 @@ def test_nothing_feasible_is_reported_with_the_failing_anchor(
     result = run(boot(V3, records), "max-gmu", model, min_margin=60 * GIB)
     assert result.best is None and result.lower_bound is not None
     assert any("margin" in r for r in result.lower_bound.reasons)
+    # max-gmu's anchor is the lowest GMU where one request fits: labelled as that, not "highest tried"
+    assert result.bound_label == "lowest where one request fits"
+    assert result.blocked_text().startswith("blocked by the margin: ")
 
 
 def test_lossless_only() -> None:
@@ -213,8 +228,9 @@ def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_pat
     model = doc["calibration"]["term_model"]
     assert model["origin"] == "calibrated" and len(model["records"]) == 5
     assert "term model fitted on 5 record(s)" in res.stderr
-    assert doc["best"]["feasible"] and not doc["next_step_up"]["feasible"]
-    assert doc["next_step_up"]["value"] == doc["best"]["value"] + MIB
+    assert doc["best"]["feasible"] and not doc["next_step"]["feasible"]
+    assert doc["next_step"]["value"] == doc["best"]["value"] + MIB and doc["next_step"]["direction"] == "up"
+    validate(doc)
     assert doc["kv_cache_memory_bytes"] == doc["best"]["value"]
     assert f"--kv-cache-memory-bytes={doc['best']['value']}" in res.stderr
     assert resolve_config(str(out), environ={}).config.memory.kv_cache_memory_bytes == doc["best"]["value"]
@@ -241,6 +257,10 @@ def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_pat
     assert impossible.returncode == 4, impossible.stderr
     assert "no value of memory.gpu_memory_utilization" in impossible.stderr
     assert "Traceback" not in impossible.stderr
+    # nothing fits: nothing to prove and no settings to change, said plainly with the blocker
+    assert "proof" not in impossible.stdout and "(none)" not in impossible.stdout
+    assert "settings diff" not in impossible.stdout
+    assert "fits: blocked by the margin: " in impossible.stderr.strip().splitlines()[-1]
 
 
 # --- bounded: a search never runs unbounded (issue 13, item 16) -----------------------------------
@@ -348,3 +368,102 @@ def test_cli_min_gmu_takes_a_fractional_upper_end(clean_env: dict[str, str]) -> 
     )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["range_end"] == pytest.approx(0.99)
+
+
+# --- nothing fits, and the labels of what was tried (issue 11) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("objective", "extra", "label", "value"),
+    [
+        # max-gmu: one request never fits, up to GMU 1.000: the highest GMU tried, not "lowest tried"
+        ("max-gmu", ["--set", "scheduler.max_model_len=1000000"], "highest tried", "1.000"),
+        ("min-gmu", ["--set", "scheduler.max_model_len=1000000"], "highest tried", "1.000"),
+        (
+            "max-kv-bytes",
+            ["--set", "scheduler.max_model_len=1000000", "--max", "12GiB"],
+            "highest tried",
+            None,
+        ),
+        # the margin fails everywhere: the lowest GMU where one request fits, the smallest batch
+        ("max-gmu", ["--min-margin", "20GiB"], "lowest where one request fits", None),
+        ("min-gmu", ["--min-margin", "20GiB"], "lowest where one request fits", None),
+        ("max-batched-tokens", ["--min-margin", "20GiB"], "lowest tried", "256"),
+        ("max-prefill-capacity", ["--min-margin", "20GiB"], "lowest tried", "256"),
+    ],
+)
+def test_nothing_fits_says_so_plainly_with_the_blocker(
+    clean_env: dict[str, str], objective: str, extra: list[str], label: str, value: str | None
+) -> None:
+    args = ["calibrate", "search", "-p", "turnkey", "--objective", objective, "--no-write", *extra]
+    text = run_cli(*args, env=clean_env)
+    assert text.returncode == 4, text.stderr
+    assert "proof" not in text.stdout and "next step" not in text.stdout
+    assert "(none)" not in text.stdout and "settings diff" not in text.stdout
+    assert "no value of " in text.stdout and "fits" in text.stdout
+    row = next(line for line in text.stdout.splitlines() if line.startswith(f"│ {label} "))
+    if value is not None:
+        assert f" {value} " in row
+    for wrong in ("lowest tried", "highest tried", "bound tried"):
+        if wrong != label:
+            assert f"│ {wrong} " not in text.stdout
+    error = text.stderr.strip().splitlines()[-1]
+    blocker = "the request fit" if "max_model_len" in " ".join(extra) else "the margin"
+    assert f"fits: blocked by {blocker}" in error, error
+    if blocker == "the request fit":
+        # the margin is not blamed for what the request fit blocks, and the estimate is said
+        assert "blocked by the margin" not in error and "unconfirmed" in error
+        assert "lower scheduler.max_model_len" in error
+    done = run_cli(*args, "--json", env=clean_env)
+    assert done.returncode == 4
+    doc = json.loads(done.stdout)
+    validate(doc)
+    assert doc["feasible"] is False and doc["best"] is None and doc["next_step"] is None
+    assert doc["changes"] == {} and doc["closest_failed"]["label"] == label
+    assert doc["blocked"].startswith(f"blocked by {blocker}")
+
+
+def test_best_at_the_end_of_the_range_claims_no_step_past_it(clean_env: dict[str, str]) -> None:
+    done = run_cli(
+        "calibrate",
+        "search",
+        "-p",
+        "turnkey",
+        "--objective",
+        "max-prefill-capacity",
+        "--no-write",
+        env=clean_env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the next step up does not" not in done.stdout and "proof" not in done.stdout
+    assert "is the end of the searched range: there is no step up to try" in done.stdout
+    # the profile's value is already the best: no empty settings diff, a note instead
+    assert "(none)" not in done.stdout and "settings diff" not in done.stdout
+    assert "nothing to change" in done.stderr
+
+
+def test_min_gmu_whose_lowest_accepted_value_misses_the_margin_is_not_an_answer() -> None:
+    """The lowest GMU vLLM accepts is no answer when the margin fails there (it only shrinks above)."""
+    from glmlaunch.calibrate.rigdefaults import rig_prior
+
+    turnkey = resolve_config("turnkey", environ={}).config
+    rig = rig_prior(turnkey)
+    result = search(turnkey, "min-gmu", calibration_message="m", min_margin=60 * GIB, model=rig)
+    assert result.best is None and result.next_up is None and result.lower_bound is not None
+    assert result.bound_label == "lowest where one request fits"
+    assert result.lower_bound.fits_one_request and not result.lower_bound.feasible
+    assert result.blocked_text().startswith("blocked by the margin: ")
+
+
+def test_the_search_names_its_confidence_and_an_unconfirmed_request_fit(clean_env: dict[str, str]) -> None:
+    done = run_cli("calibrate", "search", "-p", "turnkey", "--no-write", "--json", env=clean_env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    validate(doc)
+    assert doc["verdict"]["status"] == "ok" and doc["verdict"]["confidence"] == "estimate"
+    blockers = doc["next_step"]["blockers"]
+    # the rig's W is an estimate: the step up fails on the request fit, said as unconfirmed, not the margin
+    assert [b["id"] for b in blockers] == ["request-fit"]
+    assert blockers[0]["message"].startswith(
+        "the request fit (unconfirmed: W and KV bytes/token are estimates"
+    )

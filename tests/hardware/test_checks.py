@@ -22,6 +22,7 @@ from glmlaunch.hardware.checks import (
 from glmlaunch.hardware.inventory import Inventory, PcieLink, load_inventory
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.verdict import judge
 
 INV = Path(__file__).resolve().parents[1] / "fixtures" / "inventories"
 # A KV budget the 95 GiB card can hold, so that the rig's own checks decide the outcome.
@@ -101,7 +102,6 @@ def test_the_target_rig_passes_every_check() -> None:
             ["575.57.08 < required 590.48.01", "12.9 < required 13.2"],
             3,
         ),
-        ("rtxpro6000x4-sys-topology", "topology", "WARN", ["SYS", "0-2", "1-3", "CKV prefetch"], ExitCode.OK),
         ("rtxpro6000x4-small-bar1", "bar1", "WARN", ["BAR1 256.00 MiB", "Resizable BAR"], ExitCode.OK),
         ("rtxpro6000x4-nvml-error", "gpu_probe", "FAIL", ["GPU 3", "GPU is lost"], ExitCode.HARDWARE),
     ],
@@ -151,7 +151,8 @@ def test_memory_verdict_uses_the_ledger_budget_with_the_real_memory() -> None:
     )
     got = run_checks(c, i).by_name("memory_verdict")
     assert got.details["terms"] == expected.terms
-    assert got.details["verdict"] == expected.verdict
+    assert got.details["verdict"] == judge(c, expected).to_json()
+    assert got.details["verdict"]["status"] == expected.verdict
     # The start gate of free_memory includes the ledger's pre-snapshot allocations.
     free = run_checks(c, i).by_name("free_memory")
     assert free.details["pre_snapshot_bytes"] == expected.u_pre
@@ -223,6 +224,24 @@ def test_explicit_ckv_prefetch_over_sys_fails() -> None:
     assert topo.status == "FAIL" and "ckv_prefetch_depth=2" in topo.message
 
 
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        ((), "dcp_policy.ckv_prefetch_depth is unset"),
+        (("dcp_policy.ckv_prefetch_depth=0",), "dcp_policy.ckv_prefetch_depth is 0"),
+        (("parallel.dcp=1", "dcp_policy.ckv_prefetch_depth=2"), "DCP 1 runs no CKV prefetch"),
+    ],
+)
+def test_sys_topology_with_prefetch_off_is_ok_with_a_note(overrides: tuple[str, ...], why: str) -> None:
+    """The advice (keep CKV prefetch off over SYS) is already followed: no warning telling to follow it."""
+    r = report("rtxpro6000x4-sys-topology", [*FITS, *overrides])
+    topo = r.by_name("topology")
+    assert topo.status == "OK", topo.message
+    assert "SYS" in topo.message and why in topo.message and "nothing to change" in topo.message
+    assert "keep dcp_policy.ckv_prefetch_depth unset or 0" not in topo.message
+    assert "topology" not in r.warned()
+
+
 def test_idle_link_downtraining_is_not_a_warning() -> None:
     base = inv("rtxpro6000x4")
     slow = PcieLink(
@@ -266,6 +285,8 @@ def test_version_comparison() -> None:
 def test_report_json_is_data_with_a_summary() -> None:
     r = report("rtxpro6000x4-gen3-x8")
     doc = r.to_json(strict=True)
+    assert next(iter(doc)) == "schema_version" and doc["schema_version"] == 1
+    assert doc["verdict"] == r.by_name("memory_verdict").details["verdict"]
     assert doc["summary"]["exit_code"] == ExitCode.WARNINGS
     assert doc["summary"]["WARN"] == 1 and doc["summary"]["FAIL"] == 0
     assert [x["name"] for x in doc["results"]] == ALL_CHECKS

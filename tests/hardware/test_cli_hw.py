@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 from test_hardware import HAVE_NVML
 
 from glmlaunch.errors import ExitCode
@@ -69,6 +70,19 @@ def test_check_ok_is_exit_0_with_a_json_document(clean_env: dict[str, str]) -> N
     doc = json.loads(done.stdout)
     assert doc["profile"] == "turnkey" and doc["purpose"] == "serve"
     assert doc["summary"]["exit_code"] == 0 and doc["summary"]["OK"] == len(doc["results"])
+    assert next(iter(doc)) == "schema_version"
+    validate(doc, "check")
+
+
+def validate(doc: object, name: str) -> None:
+    """The real output against its committed schema; a key the schema does not describe fails."""
+    schema = json.loads((REPO / "docs" / "schemas" / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert isinstance(doc, dict)
+    extra = {**doc, "not_in_the_schema": 1}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(extra, schema, cls=jsonschema.Draft202012Validator)
 
 
 def test_check_table_on_stdout_messages_on_stderr(clean_env: dict[str, str]) -> None:
@@ -77,7 +91,22 @@ def test_check_table_on_stdout_messages_on_stderr(clean_env: dict[str, str]) -> 
     )
     assert done.returncode == 0, done.stderr
     assert "pcie_link" in done.stdout and "WARN" in done.stdout and "memory_verdict" in done.stdout
-    assert "warning: pcie_link: GPU 2 runs x8 of x16" in done.stderr
+    # The WARN's message is data (the table), said once; stderr names the row once, without repeating it.
+    both = done.stdout + done.stderr
+    assert both.count("GPU 2 runs x8 of x16") == 1, both
+    assert done.stderr.count("pcie_link") == 1 and "warning: 1 check(s) warned: pcie_link" in done.stderr
+    assert done.stderr.count("using the rig defaults") == 1
+    as_json = run_cli(
+        "check",
+        "-p",
+        "turnkey",
+        "--inventory",
+        str(INV / "rtxpro6000x4-gen3-x8.json"),
+        *FITS,
+        "--json",
+        env=clean_env,
+    )
+    assert (as_json.stdout + as_json.stderr).count("GPU 2 runs x8 of x16") == 1
 
 
 def test_warnings_fail_only_with_strict(clean_env: dict[str, str]) -> None:
@@ -88,10 +117,36 @@ def test_warnings_fail_only_with_strict(clean_env: dict[str, str]) -> None:
     assert (
         strict.stderr.strip()
         .splitlines()[-1]
-        .startswith("error: 1 check(s) warned and --strict is set: bar1")
+        .startswith("error: 1 check(s) warned and --strict makes warnings fail: bar1")
     )
     via_env = run_cli(*args, env={**clean_env, "GLMLAUNCH_STRICT": "1"})
     assert via_env.returncode == 7
+    # The variable made warnings fail, not a flag nobody gave: the error names the variable.
+    assert "--strict" not in via_env.stderr
+    assert "error: 1 check(s) warned and GLMLAUNCH_STRICT=1 makes warnings fail: bar1" in via_env.stderr
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")))
+def test_every_shipped_profile_is_clean_on_the_rig_it_describes(
+    clean_env: dict[str, str], profile: str
+) -> None:
+    """check --strict on the ideal 4x RTX PRO 6000 inventory: no FAIL, no WARN (with the rig defaults)."""
+    done = run_cli(
+        "check",
+        "-p",
+        profile,
+        "--inventory",
+        str(INV / "rtxpro6000x4.json"),
+        "--strict",
+        "--json",
+        env=clean_env,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert {r["status"] for r in doc["results"]} <= {"OK", "SKIP"}, doc["results"]
+    assert doc["verdict"]["status"] == "ok" and doc["verdict"]["blockers"] == []
+    assert doc["verdict"]["confidence"] in ("confirmed", "rig-defaults", "estimate")
+    validate(doc, "check")
 
 
 @pytest.mark.parametrize(
@@ -100,7 +155,12 @@ def test_warnings_fail_only_with_strict(clean_env: dict[str, str]) -> None:
         ("rtxpro6000x4-missing-gpu", [], 3, "error: hardware check failed: gpu_count: tp=4 needs 4 GPUs"),
         ("rtxpro6000x4-old-driver", [], 3, "error: hardware check failed: driver: driver 575.57.08"),
         ("rtxpro6000x4-no-p2p", [], 3, "error: hardware check failed: p2p: the driver reports no P2P"),
-        ("rtxpro6000x4", ["--set", "memory.min_margin=60GiB"], 4, "error: memory_verdict: below-margin"),
+        (
+            "rtxpro6000x4",
+            ["--set", "memory.min_margin=60GiB"],
+            4,
+            "error: memory_verdict: below-margin: blocked by the margin:",
+        ),
     ],
 )
 def test_failure_exit_codes(

@@ -17,6 +17,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import FIXTURES, REPO, glmlaunch_exe
 
@@ -80,6 +81,15 @@ def start(*args: str, env: dict[str, str], cmd: list[str] | None = None) -> tupl
     return proc.returncode, proc.pid, out, err
 
 
+def validate(doc: object) -> None:
+    """A dry run's real document against docs/schemas/serve-dry-run.schema.json; unknown keys fail."""
+    schema = json.loads((REPO / "docs" / "schemas" / "serve-dry-run.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert isinstance(doc, dict) and next(iter(doc)) == "schema_version"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**doc, "undescribed": 1}, schema, cls=jsonschema.Draft202012Validator)
+
+
 def expected_argv(
     exe: Path, profile: str | None, overrides: list[str], env: dict[str, str], extra: list[str]
 ) -> list[str]:
@@ -118,7 +128,7 @@ def test_exec_reaches_vllm_with_exact_argv_and_env(
 
 def test_dry_run_shows_exactly_what_exec_runs(fake: Fake) -> None:
     _, record, env = fake
-    base = ["serve", "-p", "turnkey", "--set", FITS, "--inventory", str(INVENTORY)]
+    base = ["serve", "-p", "turnkey", "--set", FITS, "--inventory", str(INVENTORY), "--skip-preflight"]
     extra = ["--", "--enable-lora", "--max-loras", "2"]
     rc, _, out, err = start(*base, "--dry-run", "--json", *extra, env=env)
     assert rc == 0, err
@@ -128,10 +138,11 @@ def test_dry_run_shows_exactly_what_exec_runs(fake: Fake) -> None:
     assert {s["stage"]: s["status"] for s in doc["stages"]} == {
         "resolve": "ok", "check": "ok", "plan": "ok", "preflight": "skipped", "baseline": "skipped",
     }
+    validate(doc)
     rc, _, text, err = start(*base, "--dry-run", *extra, env=env)
     assert rc == 0, err
     command = text.strip().splitlines()[-1]
-    rc, _, _, err = start(*base, "--skip-preflight", *extra, env=env)
+    rc, _, _, err = start(*base, *extra, env=env)
     assert rc == 0, err
     ran = json.loads(record.read_text())["argv"]
     assert doc["argv"] == ran
@@ -191,9 +202,11 @@ def test_missing_or_unusable_binary_exit_6(fake: Fake, tmp_path: Path) -> None:
     rc, _, _, err = start(*common, "--vllm-bin", str(broken), env=env)
     assert rc == 6 and "cannot execute" in err and "Traceback" not in err
 
-    # A dry run still shows the command, and says what a real launch would do.
+    # A dry run still shows the command, and says what a real launch would do: stop with exit 6.
     rc, _, out, err = start(*common, "--dry-run", env=no_vllm)
-    assert rc == 0 and "a real launch stops with exit 6" in err
+    assert rc == 6, err
+    assert "# a launch would stop at the resolve stage, exit 6: " in out
+    assert "no executable 'vllm' on PATH" in err
     assert out.strip().splitlines()[-1].startswith("vllm serve ")
     assert not record.exists()
 
@@ -263,7 +276,7 @@ def test_dry_run_of_a_refused_launch_still_shows_the_command(fake: Fake) -> None
     assert {s["stage"]: s["status"] for s in doc["stages"]}["check"] == "failed"
     assert doc["argv"][1:3] == ["serve", "brandonmusic/GLM-5.2-EXL3-TR3-3.0bpw"]
     rc, _, text, err = start(*base, "--dry-run", env=env)
-    assert rc == 4 and "# a launch would stop here, exit 4" in text
+    assert rc == 4 and "# a launch would stop at the check stage, exit 4" in text
     assert shlex.split(text.strip().splitlines()[-1]) == doc["argv"]
     assert err.strip().splitlines()[-1].startswith("error: memory_verdict")
     assert not record.exists()
@@ -308,13 +321,13 @@ def test_secrets_reach_vllm_but_never_a_printout(fake: Fake) -> None:
     common = ["serve", "-p", "gate", "--set", FITS, "--inventory", str(INVENTORY)]
     extra = ["--", "--api-key", ARG_KEY, f"--hf-token={HF}"]
 
-    rc, _, text, err = start(*common, "--dry-run", *extra, env=env)
+    rc, _, text, err = start(*common, "--dry-run", "--skip-preflight", *extra, env=env)
     assert rc == 0, err
     assert_no_secret(text, err)
     assert "OPENAI_API_KEY='****'" in text or "OPENAI_API_KEY=****" in text
     assert "VLLM_DCP_A2A_MAX_TOKENS=64" in text
 
-    rc, _, out, err = start(*common, "--dry-run", "--json", *extra, env=env)
+    rc, _, out, err = start(*common, "--dry-run", "--json", "--skip-preflight", *extra, env=env)
     assert rc == 0, err
     assert_no_secret(out, err)
     doc = json.loads(out)
@@ -406,7 +419,7 @@ def test_wrapper_maps_the_old_variables(fake: Fake) -> None:
     assert got["env"]["VLLM_B12X_MLA_CKV_GATHER"] == "1"
     expected = expected_argv(
         exe,
-        "r12-exl3",
+        None,  # the wrapper has no profile of its own: glmlaunch's default (turnkey)
         [
             "parallel.tp=4", "parallel.dcp=2", "parallel.gpus=[0,1,2,3]",
             "speculative.num_speculative_tokens=5", "cudagraph.capture_sizes=null",
@@ -430,6 +443,7 @@ def test_wrapper_dry_run_and_profile_variable(fake: Fake) -> None:
             "MAX_MODEL_LEN": "262144",
             "DRY_RUN": "1",
             "GLMLAUNCH_INVENTORY": str(INVENTORY),
+            "GLMLAUNCH_SKIP_PREFLIGHT": "1",  # no GPU here for the preflight a real launch would run
         }
     )
     rc, _, out, err = run_wrapper(env)
@@ -554,9 +568,101 @@ def test_without_a_gpu_dry_run_states_the_skip_and_a_launch_exits_8(fake: Fake) 
         pytest.skip("this machine has an NVIDIA driver")
     _, record, env = fake
     rc, _, out, err = start("serve", "-p", "gate", "--set", FITS, "--dry-run", env=env)
-    assert rc == 0, err
-    assert "check skipped: no GPU to check here" in err and "a real launch stops with exit 8" in err
-    assert "from the profile's hardware.memory_per_gpu" in err
+    assert rc == 8, err
+    assert "# check skipped: no GPU to check here; a real launch stops here with exit 8" in out
+    assert "from the profile's hardware.memory_per_gpu" in out
     assert out.strip().splitlines()[-1].split()[1] == "serve"
     rc, _, _, err = start("serve", "-p", "gate", "--set", FITS, "--skip-preflight", env=env)
     assert rc == 8 and not record.exists()
+
+
+# --- what the dry run says the real run would do --------------------------------------------------------
+
+
+def _no_nvml() -> bool:
+    from glmlaunch.errors import NoGpuError
+    from glmlaunch.hardware.probe import probe
+
+    try:
+        probe()
+    except NoGpuError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("with_vllm", "extra", "code", "stage"),
+    [
+        (False, [], 6, "resolve"),  # the first blocking stage wins: resolve (6) before check (8)
+        (True, [], 8, "check"),  # no NVML here: nothing to check
+        (False, ["--inventory", str(INVENTORY)], 6, "resolve"),
+        # the inventory stands in for the check; the preflight needs real GPUs
+        (True, ["--inventory", str(INVENTORY)], 8, "preflight"),
+        (True, ["--inventory", str(INVENTORY), "--skip-preflight"], 0, None),
+    ],
+)
+def test_dry_run_tells_what_the_real_run_would_do(
+    fake: Fake, with_vllm: bool, extra: list[str], code: int, stage: str | None
+) -> None:
+    if not _no_nvml():
+        pytest.skip("this machine has an NVIDIA driver")
+    _, record, env = fake
+    if not with_vllm:
+        env = {**env, "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])}
+    args = ["serve", "-p", "turnkey", "--set", FITS, *extra]
+    rc, _, out, err = start(*args, "--dry-run", "--json", env=env)
+    doc = json.loads(out)
+    validate(doc)
+    assert rc == doc["exit_code"] == code, err
+    assert doc["would_start"] is (code == 0)
+    assert (doc["blocking"][0]["stage"] if doc["blocking"] else None) == stage
+    stopped = {s["stage"]: s["exit_code"] for s in doc["stages"] if s["exit_code"] is not None}
+    assert (min(stopped, key=list(stopped).index) if stopped else None) == stage
+    rc_text, _, text, _ = start(*args, "--dry-run", env=env)
+    assert rc_text == code
+    assert (f"# a launch would stop at the {stage} stage, exit {code}: " in text) is (stage is not None)
+    assert not record.exists(), "a dry run starts nothing"
+    # the real run does what the dry run said
+    rc_real, _, _, err_real = start(*args, env=env)
+    assert rc_real == code, err_real
+    assert record.exists() is (code == 0)
+
+
+def test_strict_from_the_environment_names_the_variable(fake: Fake) -> None:
+    _, record, env = fake
+    args = ["serve", "-p", "turnkey", "--set", FITS, "--skip-preflight"]
+    args += ["--inventory", str(FIXTURES / "inventories" / "rtxpro6000x4-small-bar1.json")]
+    rc, _, _, err = start(*args, env={**env, "GLMLAUNCH_STRICT": "1"})
+    assert rc == 7 and not record.exists()
+    assert "--strict" not in err  # serve has no such flag
+    assert err.strip().splitlines()[-1] == (
+        "error: 1 check(s) warned and GLMLAUNCH_STRICT=1 makes warnings fail: bar1"
+    )
+
+
+def test_each_message_once_data_on_stdout(fake: Fake) -> None:
+    """A dry run's stages are data (stdout); messages (calibration, caution, warning) are said once."""
+    _, _, env = fake
+    caution = "unconfirmed: one 1,000,000-token request"
+    for extra in (["--inventory", str(FIXTURES / "inventories" / "rtxpro6000x4-small-bar1.json")], []):
+        args = ["serve", "-p", "turnkey", "--set", "scheduler.max_model_len=1000000", *extra]
+        args.append("--skip-preflight")
+        for json_flag in ([], ["--json"]):
+            _, _, out, err = start(*args, "--dry-run", *json_flag, env=env)
+            # the JSON document holds the cautions as data (verdict, checks); the text holds them nowhere
+            said = err if json_flag else out + err
+            assert err.count("using the rig defaults") == 1, err
+            assert said.count(caution) == 1, said
+            for stage in ("resolve", "check", "plan", "preflight", "baseline"):
+                assert not any(line.startswith(f"{stage} ") for line in err.splitlines()), err
+            if extra:
+                assert said.count("BAR1 256.00 MiB") == 1, said
+    # a real launch reports its stages as progress on stderr, once each, and prints no data
+    _, _, out, err = start(
+        "serve", "-p", "turnkey", "--set", FITS, "--inventory", str(INVENTORY), "--skip-preflight", env=env
+    )
+    assert out == ""
+    for stage in ("resolve ok", "check ok", "plan ok", "preflight skipped"):
+        said = [line for line in err.splitlines() if line.removeprefix("warning: ").startswith(stage)]
+        assert len(said) == 1, err
+    assert err.count("using the rig defaults") == 1

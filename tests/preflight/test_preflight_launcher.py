@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from glmlaunch.config.resolve import resolve_config
@@ -18,7 +19,7 @@ from glmlaunch.errors import ExitCode
 from glmlaunch.preflight.api import parse_timeouts, planned_allocations, run_preflight
 from glmlaunch.preflight.report import build_report
 from glmlaunch.preflight.types import FaultSpec
-from tests.conftest import glmlaunch_exe
+from tests.conftest import REPO, glmlaunch_exe
 
 SCALE = ("parallel.tp=2", "parallel.dcp=2")
 
@@ -71,8 +72,11 @@ def test_replay_cpu_runs_every_ledger_entry_on_every_rank() -> None:
     ]
     residue = [s for s in rank0.steps if s.name.endswith("profiling-residue")]
     assert residue and all("rollback" in s.note for s in residue)
-    # IPC stand-ins were real files exchanged between ranks and removed at teardown.
+    # IPC stand-ins were real files exchanged between ranks and removed at teardown; a successful run then
+    # removes its whole working directory (nothing left in /tmp).
     assert not list(Path(run.outcome.workdir).glob("ipc-*"))
+    assert not run.outcome.workdir_kept and not Path(run.outcome.workdir).exists()
+    assert report.workdir is None
     assert set(report.phases) >= {"spawn", "imports", "process_group", "allocations", "teardown"}
     _assert_all_gone(_pids(run))
 
@@ -101,6 +105,11 @@ def test_a_faulty_rank_tears_everything_down(
     report = build_report(run)
     assert report.exit_code == ExitCode.PREFLIGHT
     assert report.root_cause == f"rank {rank}, phase {phase}: {root.message}"
+    # a failed run keeps its directory, with the rank logs, for the operator to read
+    kept = Path(run.outcome.workdir)
+    assert run.outcome.workdir_kept and kept.is_dir() and report.workdir == str(kept)
+    assert (kept / f"rank{rank}.log").exists()
+    shutil.rmtree(kept)
 
 
 def test_fault_spec_is_validated() -> None:
@@ -115,26 +124,24 @@ def test_timeouts_parse() -> None:
     assert limits["allocations"] == 30 and limits["build"] == 600 and limits["spawn"] == 30
 
 
-def _start_hanging_preflight(env: dict[str, str]) -> tuple[subprocess.Popen[str], list[int]]:
+def _start_hanging_preflight(env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen[str], list[int]]:
     """A real `glmlaunch preflight` whose rank 1 hangs in allocations; returns it and its worker pids."""
     args = [
         *glmlaunch_exe(), "preflight", "-p", "gate", "--set", SCALE[0], "--set", SCALE[1],
         "--device", "cpu", "--inject-fault", "1:allocations:hang", "--timeout", "120", "--json",
     ]
+    tmp.mkdir(exist_ok=True)
+    env = {**env, "TMPDIR": str(tmp)}  # the run's working directory is made here, and nothing else is
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    workdir: Path | None = None
     deadline = time.monotonic() + 60
     seen = ""
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         seen += line
-        m = re.search(r"results and logs in (\S+)", line)
-        if m:
-            workdir = Path(m.group(1))
         if "rank 1:" in line and line.rstrip().endswith("allocations"):
             break
-    assert workdir is not None, seen
+    (workdir,) = tmp.glob("glmlaunch-preflight-*")
     time.sleep(0.3)
     pids = [json.loads((workdir / f"rank{r}.json").read_text())["pid"] for r in (0, 1)]
     assert all(_alive(p) for p in pids)
@@ -143,9 +150,9 @@ def _start_hanging_preflight(env: dict[str, str]) -> tuple[subprocess.Popen[str]
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_parent_tears_down_every_worker(
-    sig: signal.Signals, clean_env: dict[str, str]
+    sig: signal.Signals, clean_env: dict[str, str], tmp_path: Path
 ) -> None:
-    proc, pids = _start_hanging_preflight(clean_env)
+    proc, pids = _start_hanging_preflight(clean_env, tmp_path / "tmp")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == ExitCode.INTERRUPTED, err
@@ -154,10 +161,63 @@ def test_a_signal_to_the_parent_tears_down_every_worker(
     assert doc["verdict"] == "interrupted"
     assert f"Signal {int(sig)} ({sig.name}) to the parent" in doc["root_cause"]
     _assert_all_gone(pids)
+    # an interrupted run is not a successful one: its directory is kept, and the error line says where
+    (kept,) = (tmp_path / "tmp").glob("glmlaunch-preflight-*")
+    assert doc["workdir"] == str(kept) and sum(str(kept) in line for line in err.splitlines()) == 1
 
 
-def test_workers_die_with_a_parent_killed_outright(clean_env: dict[str, str]) -> None:
-    proc, pids = _start_hanging_preflight(clean_env)
+def test_workers_die_with_a_parent_killed_outright(clean_env: dict[str, str], tmp_path: Path) -> None:
+    proc, pids = _start_hanging_preflight(clean_env, tmp_path / "tmp")
     proc.kill()
     proc.communicate(timeout=30)
     _assert_all_gone(pids)
+
+
+# --- the working directory: removed after a success, kept and named after a failure ------------------
+
+
+def _preflight_cli(env: dict[str, str], tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    tmp.mkdir(exist_ok=True)
+    args = [*glmlaunch_exe(), "preflight", "-p", "gate", "--set", SCALE[0], "--set", SCALE[1]]
+    return subprocess.run(
+        [*args, "--device", "cpu", *extra],
+        env={**env, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_successful_preflight_leaves_nothing_behind(clean_env: dict[str, str], tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    done = _preflight_cli(clean_env, tmp, "--json")
+    assert done.returncode == 0, done.stderr
+    assert list(tmp.iterdir()) == []
+    doc = json.loads(done.stdout)
+    assert doc["workdir"] is None
+    schema = json.loads((REPO / "docs" / "schemas" / "preflight.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert next(iter(doc)) == "schema_version"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**doc, "undescribed": 1}, schema, cls=jsonschema.Draft202012Validator)
+    text = _preflight_cli(clean_env, tmp)
+    assert text.returncode == 0, text.stderr
+    assert list(tmp.iterdir()) == [] and "glmlaunch-preflight-" not in text.stdout + text.stderr
+
+
+def test_a_failed_preflight_keeps_its_directory_and_says_where_once(
+    clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    tmp = tmp_path / "tmp"
+    done = _preflight_cli(clean_env, tmp, "--inject-fault", "1:allocations:raise", "--json")
+    assert done.returncode == ExitCode.PREFLIGHT, done.stderr
+    (kept,) = tmp.glob("glmlaunch-preflight-*")
+    assert (kept / "rank1.log").exists() and (kept / "rank1.json").exists()
+    lines = [line for line in done.stderr.splitlines() if str(kept) in line]
+    assert len(lines) == 1 and lines[0].startswith("error: preflight failed: rank 1, phase allocations")
+    assert f"the workers' results and logs are kept in {kept}" in lines[0]
+    doc = json.loads(done.stdout)
+    assert doc["workdir"] == str(kept)
+    schema = json.loads((REPO / "docs" / "schemas" / "preflight.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)

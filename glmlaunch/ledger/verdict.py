@@ -1,0 +1,277 @@
+"""The one memory verdict: its status, what blocks it, and how well the figures behind it are known.
+
+:mod:`.budget` computes vLLM's numbers and decisions (start gate, KV size, margin, one request's fit).
+This module turns one budget into the verdict every command prints, ``plan``, ``check`` (the
+``memory_verdict`` row), ``serve`` (its plan stage) and ``calibrate search``, in text and JSON, so they
+cannot disagree on the same figures:
+
+* **status**: the budget's (``ok``, ``below-margin``, ``oom-risk``, ``refused``);
+* **blockers**: every constraint that fails, in vLLM's order (start gate, no KV memory, one
+  ``max_model_len`` request, the margin), each with its own message: a message names the constraint that
+  really fails, never "the margin" when the request fit is what stops it;
+* **confidence**: ``confirmed`` when every term that decides the verdict comes from calibration records
+  (the term model fitted on boot logs of this rig shape), the profile or an exact formula;
+  ``rig-defaults`` when one rests on the rig defaults (fitted on the shipped field logs, not on a boot
+  of this configuration); ``estimate`` when one is a built-in default or an estimate. The terms that
+  decide: the start gate rests on U_pre; the margin on U_pre (a GMU-sized KV cache absorbs W, P, N and
+  G_e), on every term when the KV size is pinned; the request fit on W, P, N, G_e and the KV bytes per
+  token. X is itemized by the ledger's formulas and no boot log states it, so it never lowers confidence.
+
+It lives beside the budget (not in ``plan``) because ``hardware`` and ``calibrate`` sit below ``plan`` in
+the pipeline and print the same verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import format_size
+from glmlaunch.ledger.budget import Budget
+
+Confidence = Literal["confirmed", "rig-defaults", "estimate"]
+#: Where one budget term's figure comes from.
+Source = Literal["record", "exact", "profile", "rig-defaults", "estimate", "default"]
+BlockerId = Literal["start-gate", "no-kv", "request-fit", "oom-risk", "margin"]
+
+TERMS: tuple[str, ...] = ("U_pre", "W", "P", "N", "G_e", "KV bytes/token")
+CONFIRMED_SOURCES: frozenset[str] = frozenset({"record", "exact", "profile"})
+_ESTIMATED_SOURCES: frozenset[str] = frozenset({"estimate", "default"})
+_MODELLED = (("u_pre", "U_pre"), ("p", "P"), ("n", "N"), ("g_e", "G_e"))
+_KV_RECORD_SOURCE: dict[str, Source] = {"exact": "exact", "library": "exact", "calibrated": "record"}
+#: How each source is said in a sentence: (singular, plural).
+_SAID: dict[str, tuple[str, str]] = {
+    "estimate": ("is an estimate", "are estimates"),
+    "default": ("is a built-in default", "are built-in defaults"),
+    "rig-defaults": ("comes from the rig defaults", "come from the rig defaults"),
+}
+CONFIRM_HINT = "ingest a vLLM boot log of this configuration to confirm: glmlaunch calibrate ingest LOG"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One constraint that stops the launch, with the terms it rests on."""
+
+    id: BlockerId
+    message: str  # starts with the constraint's name: "the margin: …"
+    terms: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "message": self.message, "terms": list(self.terms)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict of one budget; build it with :func:`judge`."""
+
+    status: str
+    budget: Budget
+    max_model_len: int
+    blockers: tuple[Blocker, ...]
+    sources: tuple[tuple[str, Source], ...]  # (term, source) for every term of TERMS
+    deciding: tuple[str, ...]  # the terms the status rests on
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def blocker(self) -> Blocker | None:
+        return self.blockers[0] if self.blockers else None
+
+    @property
+    def unconfirmed(self) -> tuple[str, ...]:
+        """The deciding terms that do not come from records, the profile or an exact formula."""
+        src = dict(self.sources)
+        return tuple(t for t in self.deciding if src[t] not in CONFIRMED_SOURCES)
+
+    @property
+    def confidence(self) -> Confidence:
+        src = dict(self.sources)
+        kinds = {src[t] for t in self.deciding}
+        if kinds & _ESTIMATED_SOURCES:
+            return "estimate"
+        if "rig-defaults" in kinds:
+            return "rig-defaults"
+        return "confirmed"
+
+    def confidence_text(self) -> str:
+        """``estimate (W is an estimate; U_pre, P, N and G_e come from the rig defaults)``."""
+        if self.confidence == "confirmed":
+            return (
+                f"confirmed (every term it rests on, {_join(self.deciding)}, comes from calibration records, "
+                "the profile or an exact formula)"
+            )
+        return f"{self.confidence} ({self.sources_text(self.unconfirmed)})"
+
+    def sources_text(self, terms: tuple[str, ...]) -> str:
+        """``W is an estimate; P and N come from the rig defaults`` for the unconfirmed of ``terms``."""
+        src = dict(self.sources)
+        parts = []
+        for kind in ("estimate", "default", "rig-defaults"):
+            picked = [t for t in terms if src[t] == kind]
+            if picked:
+                one, many = _SAID[kind]
+                parts.append(f"{_join(picked)} {one if len(picked) == 1 else many}")
+        return "; ".join(parts)
+
+    def request_fit_terms(self) -> tuple[str, ...]:
+        """The terms one request's fit rests on (the KV record alone when the KV size is pinned)."""
+        return ("KV bytes/token",) if self.budget.kv_pinned else ("W", "P", "N", "G_e", "KV bytes/token")
+
+    def confidence_line(self) -> str:
+        """``confidence: …``, with how to confirm it when it is not confirmed yet."""
+        hint = "" if self.confidence == "confirmed" else f"; {CONFIRM_HINT}"
+        return f"confidence: {self.confidence_text()}{hint}"
+
+    def facts(self) -> str:
+        """Margin, KV and one request's fit: the figures every verdict line shows."""
+        b = self.budget
+        if b.request_fits:
+            fit = "fits"
+        elif b.request_fit_confirmed:
+            fit = "does not fit"
+        else:
+            fit = "may not fit (unconfirmed)"
+        return (
+            f"margin {format_size(b.margin)} (minimum {format_size(b.min_margin)}); "
+            f"KV {format_size(b.kv)} holds {b.kv_tokens:,} tokens "
+            f"({b.kv_bytes_per_token:,} B/token/rank, {b.kv_bytes_per_token_origin}); "
+            f"one {self.max_model_len:,}-token request needs {format_size(b.request_bytes)} per rank: {fit}"
+        )
+
+    def blocked_text(self) -> str:
+        """``blocked by the margin: …; and by the request fit: …`` (empty when ok)."""
+        if not self.blockers:
+            return ""
+        first, *rest = self.blockers
+        return "blocked by " + first.message + "".join(f"; and by {b.message}" for b in rest)
+
+    def summary(self) -> str:
+        """One line: status, the blocker (or the figures when ok), the confidence."""
+        head = self.blocked_text() if self.blockers else self.facts()
+        return f"{self.status}: {head}; confidence {self.confidence_text()}"
+
+    def to_json(self) -> dict[str, Any]:
+        b = self.budget
+        return {
+            "status": self.status,
+            "ok": self.ok,
+            "confidence": self.confidence,
+            "blocker": self.blocker.id if self.blocker is not None else None,
+            "blockers": [x.to_json() for x in self.blockers],
+            "deciding_terms": list(self.deciding),
+            "unconfirmed_terms": list(self.unconfirmed),
+            "term_sources": dict(self.sources),
+            "reasons": list(b.reasons),
+            "cautions": list(b.cautions),
+            "request_fit_confirmed": b.request_fit_confirmed,
+            "summary": self.summary(),
+        }
+
+
+def _join(items: tuple[str, ...] | list[str]) -> str:
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def term_sources(
+    config: DeploymentConfig, budget: Budget, calibration: object | None
+) -> tuple[tuple[str, Source], ...]:
+    """Where U_pre, W, P, N, G_e and the KV bytes per token of ``budget`` come from."""
+    origin = getattr(calibration, "origin", None) if calibration is not None else None
+    fitted: Source = "record" if origin == "calibrated" else "rig-defaults"
+    # Every modelled term is fitted on the same records (calibrate.model: the rig defaults corrected by
+    # least squares over every record of this rig shape), so one origin speaks for all of them.
+    modelled = {k for k, _ in (getattr(calibration, "term_bytes", None) or ())}
+    out: list[tuple[str, Source]] = []
+    for key, label in _MODELLED:
+        out.append((label, fitted if key in modelled else "default"))
+    if calibration is not None and getattr(calibration, "weights_bytes", None) is not None:
+        w_origin = getattr(calibration, "weights_origin", None) or "calibrated"
+        w: Source = fitted if w_origin == "calibrated" else "estimate"
+    elif config.model.weights_per_rank is not None:
+        w = "profile"
+    else:
+        w = "default"
+    out.insert(1, ("W", w))
+    kv_origin = budget.kv_bytes_per_token_origin
+    kv: Source = _KV_RECORD_SOURCE.get(kv_origin, "default" if kv_origin == "default" else "estimate")
+    out.append(("KV bytes/token", kv))
+    return tuple(out)
+
+
+def _blockers(config: DeploymentConfig, b: Budget) -> list[Blocker]:
+    pinned = b.kv_pinned
+    rest = b.w + b.p + b.n + b.g_e
+    margin_terms = ("U_pre", "W", "P", "N", "G_e") if pinned else ("U_pre",)
+    out: list[Blocker] = []
+    if not b.start_gate_ok:
+        out.append(
+            Blocker(
+                "start-gate",
+                f"the start gate: free memory at startup F0 {format_size(b.f0)} < R = GMU x T "
+                f"{format_size(b.gate)}, so vLLM refuses to start",
+                ("U_pre",),
+            )
+        )
+    if not pinned and b.gate - rest <= 0:
+        out.append(
+            Blocker(
+                "no-kv",
+                f"the KV cache: no memory is left for it (R {format_size(b.gate)} <= W + P + N + G_e "
+                f"{format_size(rest)})",
+                ("W", "P", "N", "G_e"),
+            )
+        )
+    if not b.request_fits and b.request_fit_confirmed:
+        out.append(
+            Blocker(
+                "request-fit",
+                f"the request fit: one {config.scheduler.max_model_len:,}-token request needs "
+                f"{format_size(b.request_bytes)} of KV per rank, the KV cache is {format_size(b.kv)}",
+                ("KV bytes/token",) if pinned else ("W", "P", "N", "G_e", "KV bytes/token"),
+            )
+        )
+    if b.margin < 0:
+        out.append(
+            Blocker(
+                "oom-risk",
+                f"the margin: {format_size(b.margin)} is negative, so unbudgeted allocations "
+                f"(X {format_size(b.x)}) can run out of memory",
+                margin_terms,
+            )
+        )
+    elif b.margin < b.min_margin:
+        out.append(
+            Blocker(
+                "margin",
+                f"the margin: {format_size(b.margin)} < memory.min_margin {format_size(b.min_margin)}",
+                margin_terms,
+            )
+        )
+    return out
+
+
+def deciding_terms(blockers: tuple[Blocker, ...] | list[Blocker]) -> tuple[str, ...]:
+    """The terms a status rests on: a failure's own terms, or, for ``ok``, every constraint's."""
+    # `ok` says that every constraint holds: the start gate and the margin (U_pre, and every term when KV
+    # is pinned) and the request fit (W, P, N, G_e and the KV record), so it rests on every term.
+    wanted = {t for x in blockers for t in x.terms} if blockers else set(TERMS)
+    return tuple(t for t in TERMS if t in wanted)
+
+
+def judge(config: DeploymentConfig, budget: Budget, calibration: object | None = None) -> Verdict:
+    """The verdict of ``budget`` (computed for ``config`` with ``calibration``)."""
+    blockers = tuple(_blockers(config, budget))
+    return Verdict(
+        status=budget.verdict,
+        budget=budget,
+        max_model_len=config.scheduler.max_model_len,
+        blockers=blockers,
+        sources=term_sources(config, budget, calibration),
+        deciding=deciding_terms(blockers),
+    )
