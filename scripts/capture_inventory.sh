@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Capture the GPU inventory fixtures of one host: `glmlaunch hw --save` plus nvidia-smi's own view
+# Capture the GPU inventory fixtures of one host: `glmlaunch hw --save FILE` plus nvidia-smi's own view
 # for the record, a live `glmlaunch check`, CUDA's view of total memory, and a capture with a real
 # co-tenant holding memory on the last GPU.
 #
-#   scripts/capture_inventory.sh NAME OUTDIR      e.g. scripts/capture_inventory.sh h200x2 /tmp/out
+#   scripts/capture_inventory.sh h200x2 captures     # needs: gpu
 #
-# Writes OUTDIR/NAME.json, OUTDIR/NAME-cotenant.json, OUTDIR/NAME-nvidia-smi-q.txt,
-# OUTDIR/NAME-topo.txt and OUTDIR/NAME-run.log. Needs python3 with glmlaunch importable (run from the
-# repository root) and, for the CUDA memory view and the co-tenant, torch.
+# Arguments: NAME OUTDIR. Writes OUTDIR/NAME.json, OUTDIR/NAME-cotenant.json,
+# OUTDIR/NAME-nvidia-smi-q.txt, OUTDIR/NAME-topo.txt and OUTDIR/NAME-run.log. Needs python3 with
+# glmlaunch importable (run from the repository root) and, for the CUDA memory view and the co-tenant,
+# torch. Without a GPU it stops after the first capture with glmlaunch's exit code (8), rather than
+# waiting for a co-tenant that cannot start.
 set -u
-name=${1:?name}
-out=${2:?outdir}
+name=${1:?usage: capture_inventory.sh NAME OUTDIR}
+out=${2:?usage: capture_inventory.sh NAME OUTDIR}
 mkdir -p "$out"
 log="$out/$name-run.log"
 export COLUMNS=${COLUMNS:-200}
@@ -20,7 +22,16 @@ glm() { python3 -m glmlaunch "$@"; }
   echo "== date: $(date -u +%FT%TZ)  host: $(hostname)  python: $(python3 -V 2>&1)"
   echo "== glmlaunch hw --save $name.json"
   glm hw --save "$out/$name.json"
-  echo "rc=$?"
+} >"$log" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "capture_inventory.sh: glmlaunch hw --save failed (exit $rc); nothing else captured, see $log" >&2
+  tail -n 1 "$log" >&2
+  exit "$rc"
+fi
+
+{
+  echo "rc=0"
   echo "== glmlaunch hw --json (round trip through the saved file)"
   glm hw --inventory "$out/$name.json" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["gpus"]), "GPUs")'
   echo "== glmlaunch check -p turnkey --purpose preflight (live NVML)"
@@ -51,7 +62,7 @@ EOF
     CUDA_VISIBLE_DEVICES=$v glm hw --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print([g["index"] for g in d["gpus"]], d["errors"])'
     echo "rc=${PIPESTATUS[0]}"
   done
-} >"$log" 2>&1
+} >>"$log" 2>&1
 
 nvidia-smi -q >"$out/$name-nvidia-smi-q.txt" 2>&1
 nvidia-smi topo -m >"$out/$name-topo.txt" 2>&1

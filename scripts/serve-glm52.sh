@@ -1,50 +1,135 @@
 #!/usr/bin/env bash
 # Drop-in replacement for the old launcher chain (serve-gilded-gnosis.sh -> serve-glm52-v19.sh ->
 # serve-glm52-v16.sh): reads the variables those scripts read, turns each one that is set into a
-# glmlaunch --set override on a profile, and execs `glmlaunch serve`, which execs vLLM (signals reach
-# vLLM as before). README.md "Migrating from the serve scripts" has the full mapping table.
+# `glmlaunch serve --set key=value`, and execs `glmlaunch serve`, which execs vLLM (signals reach vLLM as
+# before). README.md "Migrating from the serve scripts" has the full mapping table. Usage, from the
+# repository root (tests/test_examples.py runs each line; `# needs: gpu`: exit 8 where there is none):
 #
-#   MODEL_FAMILY=glm52 TP=4 DCP=2 MTP=5 scripts/serve-glm52.sh [-- extra vllm args]
-#   GLMLAUNCH_PROFILE=turnkey DRY_RUN=1 scripts/serve-glm52.sh
+#   MODEL_FAMILY=glm52 TP=4 DCP=2 MTP=5 scripts/serve-glm52.sh                    # needs: gpu
+#   MODEL_FAMILY=glm52 TP=4 DCP=2 MTP=5 scripts/serve-glm52.sh -- --enable-lora   # needs: gpu
+#   export GLMLAUNCH_INVENTORY=tests/fixtures/inventories/rtxpro6000x4.json GLMLAUNCH_SKIP_PREFLIGHT=1
+#   GLMLAUNCH_PROFILE=gate DRY_RUN=1 scripts/serve-glm52.sh
 #
-# Only variables that are set (and not "auto") become overrides: every default lives in the profile
-# (r12-exl3 unless GLMLAUNCH_PROFILE says otherwise), never here. Variables whose job glmlaunch now does
-# differently are refused with the replacement, not silently ignored.
+# Arguments are extra `vllm serve` arguments, as they were for the old scripts ("$@"). The last two
+# lines print what would run anywhere: checked against a saved inventory (`glmlaunch hw --save FILE` on
+# the rig) instead of the GPUs, and without the preflight, which needs them.
+#
+# The profile is glmlaunch's choice (GLMLAUNCH_PROFILE, else glmlaunch's default, turnkey), never this
+# script's: it has no defaults of its own. Only variables that are set, non-empty and not "auto" become
+# overrides (and MODEL_REVISION set empty: no revision, as before). The values are checked by glmlaunch (one line naming the key; the line this script prints
+# first maps each key back to the variable that set it). Refused with one line, exit 2:
+# - two spellings of one setting with different values: an old variable and the VLLM_* (or
+#  CUDA_VISIBLE_DEVICES) name serve-glm52-v19.sh read in its place, or glmlaunch's own spelling of the
+#  key (GLMLAUNCH_<SECTION>__<FIELD>, a GLMLAUNCH_SET entry): the old chain let one silently win;
+# - variables whose job glmlaunch now does differently (with the replacement), and other model families.
 set -euo pipefail
 
 die() {
-  printf 'serve-glm52.sh: %s\n' "$*" >&2
+  printf 'serve-glm52.sh: error: %s\n' "$*" >&2
   exit 2
 }
 
-args=()
-set_opt() { args+=(--set "$1=$2"); }
+sets=()     # --set arguments for glmlaunch, in table order
+mapped=()   # "OLD=value -> key=value", printed once so glmlaunch's messages (in keys) lead back here
 
-# name of the old variable, the glmlaunch key
-map_plain() {
-  local var=$1 key=$2
+trim() {
+  local s=$1
+  s=${s#"${s%%[![:space:]]*}"}
+  printf '%s' "${s%"${s##*[![:space:]]}"}"
+}
+
+# The setting key a GLMLAUNCH_<SECTION>__<FIELD> variable name spells (resolve.py's rule).
+env_name_key() {
+  local body=${1#GLMLAUNCH_}
+  body=${body,,}
+  printf '%s' "${body//__/.}"
+}
+
+# Dies when glmlaunch's own spelling of KEY (a variable or a GLMLAUNCH_SET entry) or of one of the
+# RELATED keys gives a value other than OLD's: the --set made here would replace it unseen. A key inside
+# KEY, or a related key, always conflicts: its value cannot be compared with OLD's.
+refuse_other_spellings() {
+  local old=$1 raw=$2 value=$3 key=$4
+  shift 4
+  local -a keys=("${key}" "$@")
+  local name k item given related
+  for name in ${!GLMLAUNCH_@}; do
+    k=$(env_name_key "${name}")
+    for related in "${keys[@]}"; do
+      if [[ "${k}" == "${related}" || "${k}" == "${related}".* ]]; then
+        given=$(trim "${!name}")
+        if [[ "${k}" == "${key}" && ("${given}" == "${raw}" || "${given}" == "${value}") ]]; then
+          continue
+        fi
+        die "${old}=${raw} and ${name}=${!name} both set ${related}; unset one of them"
+      fi
+    done
+  done
+  local text=${GLMLAUNCH_SET:-}
+  local -a items=()
+  IFS=';' read -r -a items <<<"${text//$'\n'/;}"
+  for item in ${items[@]+"${items[@]}"}; do
+    k=$(trim "${item%%=*}")
+    for related in "${keys[@]}"; do
+      if [[ "${k}" == "${related}" || "${k}" == "${related}".* ]]; then
+        given=$(trim "${item#*=}")
+        if [[ "${k}" == "${key}" && ("${given}" == "${raw}" || "${given}" == "${value}") ]]; then
+          continue
+        fi
+        die "${old}=${raw} and GLMLAUNCH_SET's ${k}=${given} both set ${related}; remove one of them"
+      fi
+    done
+  done
+}
+
+# add OLD RAW KEY VALUE [RELATED_KEY...]: OLD=RAW becomes --set KEY=VALUE.
+add() {
+  local old=$1 raw=$2 key=$3 value=$4
+  shift 4
+  refuse_other_spellings "${old}" "${raw}" "${value}" "${key}" "$@"
+  sets+=(--set "${key}=${value}")
+  mapped+=("${old}=${raw} -> ${key}=${value}")
+}
+
+# read_old VAR KEY [ALIAS]: sets $from and $raw to the variable that gives KEY (empty when neither is
+# set). serve-glm52-v19.sh read ALIAS when VAR was unset and silently preferred VAR when both were.
+read_old() {
+  local var=$1 key=$2 alias=${3:-}
+  from='' raw=''
   if [[ -n "${!var:-}" ]]; then
-    set_opt "${key}" "${!var}"
+    from=${var} raw=${!var}
   fi
+  if [[ -n "${alias}" && -n "${!alias:-}" ]]; then
+    if [[ -n "${from}" && "${raw}" != "${!alias}" ]]; then
+      die "${var}=${raw} and ${alias}=${!alias} both set ${key}; unset one of them"
+    fi
+    if [[ -z "${from}" ]]; then
+      from=${alias} raw=${!alias}
+    fi
+  fi
+}
+
+# map VAR KEY [ALIAS]: the value goes to glmlaunch as it is; glmlaunch validates it.
+map() {
+  read_old "$1" "$2" "${3:-}"
+  if [[ -n "${from}" ]]; then add "${from}" "${raw}" "$2" "${raw}"; fi
 }
 
 # auto|0|1 (the v19 DCP policy knobs): auto leaves the library's choice, 0/1 become false/true.
 map_bool_auto() {
-  local var=$1 key=$2 value=${!1:-}
-  case "${value}" in
+  read_old "$1" "$2" "${3:-}"
+  case "${raw}" in
     "" | auto) ;;
-    0) set_opt "${key}" false ;;
-    1) set_opt "${key}" true ;;
-    *) die "${var} must be auto, 0 or 1 (got '${value}')" ;;
+    0) add "${from}" "${raw}" "$2" false ;;
+    1) add "${from}" "${raw}" "$2" true ;;
+    *) die "${from} must be auto, 0 or 1 (got '${raw}')" ;;
   esac
 }
 
 # auto|N: auto leaves the library's choice.
 map_int_auto() {
-  local var=$1 key=$2 value=${!1:-}
-  if [[ -n "${value}" && "${value}" != auto ]]; then
-    set_opt "${key}" "${value}"
-  fi
+  read_old "$1" "$2" "${3:-}"
+  if [[ -n "${raw}" && "${raw}" != auto ]]; then add "${from}" "${raw}" "$2" "${raw}"; fi
 }
 
 case "${MODEL_FAMILY:-glm52}" in
@@ -78,81 +163,92 @@ gone_if_set DCP_A2A_LARGE_BACKEND "not modelled; set VLLM_DCP_A2A_LARGE_BACKEND 
 gone_if_set DCP_PREFILL_WORKSPACE "not modelled; set VLLM_DCP_PROJECT_BEFORE_MERGE through GLMLAUNCH_ENV__VLLM_DCP_PROJECT_BEFORE_MERGE"
 if ((${#gone[@]})); then
   for line in "${gone[@]}"; do
-    printf 'serve-glm52.sh: %s\n' "${line}" >&2
+    printf 'serve-glm52.sh: error: %s\n' "${line}" >&2
   done
   die "${#gone[@]} old variable(s) above no longer exist; unset them (README: Migrating from the serve scripts)"
 fi
 
-map_plain MODEL model.path
+map MODEL model.path
 if [[ -n "${MODEL_REVISION+set}" ]]; then
-  # The old scripts dropped --revision when MODEL_REVISION was empty or MODEL was a local path.
-  if [[ -z "${MODEL_REVISION}" ]]; then set_opt model.revision null; else set_opt model.revision "${MODEL_REVISION}"; fi
+  # The old scripts dropped --revision when MODEL_REVISION was empty.
+  add MODEL_REVISION "${MODEL_REVISION}" model.revision "${MODEL_REVISION:-null}"
 fi
-map_plain SERVED_MODEL_NAME model.served_name
-map_plain QUANTIZATION model.quantization
-map_plain LOAD_FORMAT model.load_format
-map_plain GLM52_INDEX_TOPK_PATTERN model.geometry.index_topk_pattern
-map_plain PORT server.port
-map_plain MOE_BACKEND server.moe_backend
-map_plain DCP_BACKEND server.dcp_comm_backend
-map_plain TP parallel.tp
-map_plain DCP parallel.dcp
-if [[ -n "${GPUS:-}" ]]; then
-  # The old default listed all eight GPUs for a TP4 deployment; glmlaunch derives the list from TP
-  # unless it is given.
-  set_opt parallel.gpus "[${GPUS}]"
-fi
-map_plain MTP speculative.num_speculative_tokens
-map_plain MAX_NUM_SEQS scheduler.max_num_seqs
-map_plain MAX_BATCHED_TOKENS scheduler.max_num_batched_tokens
-map_plain MAX_MODEL_LEN scheduler.max_model_len
-map_plain GPU_MEMORY_UTILIZATION memory.gpu_memory_utilization
-map_plain KV_CACHE_DTYPE memory.kv_cache_dtype
-map_plain F8_DMA comm.dma_wire_mode
+map SERVED_MODEL_NAME model.served_name
+map QUANTIZATION model.quantization
+map LOAD_FORMAT model.load_format
+map GLM52_INDEX_TOPK_PATTERN model.geometry.index_topk_pattern
+map PORT server.port
+map MOE_BACKEND server.moe_backend
+map DCP_BACKEND server.dcp_comm_backend
+map TP parallel.tp
+map DCP parallel.dcp
+# v19 took the GPU list from CUDA_VISIBLE_DEVICES when GPUS was empty. Unset, glmlaunch uses the first
+# TP GPUs (the old default listed eight GPUs for a TP4 deployment).
+map GPUS parallel.gpus CUDA_VISIBLE_DEVICES
+map MTP speculative.num_speculative_tokens
+map MAX_NUM_SEQS scheduler.max_num_seqs
+map MAX_BATCHED_TOKENS scheduler.max_num_batched_tokens
+map MAX_MODEL_LEN scheduler.max_model_len
+map GPU_MEMORY_UTILIZATION memory.gpu_memory_utilization
+map KV_CACHE_DTYPE memory.kv_cache_dtype
+map F8_DMA comm.dma_wire_mode
+read_old PCIE_DMA_MIN_BYTES comm.dma_min_bytes VLLM_PCIE_DMA_MIN_BYTES
 case "${B12X_PCIE_DMA:-}" in
   "" | 1) ;;
-  0) set_opt comm.dma_min_bytes off ;;
+  0)
+    case "${raw}" in
+      "" | auto | 0 | off) ;;
+      *) die "B12X_PCIE_DMA=0 (no DMA) and ${from}=${raw} (a crossover) both set comm.dma_min_bytes; unset one of them" ;;
+    esac
+    add B12X_PCIE_DMA 0 comm.dma_min_bytes off
+    raw=''
+    ;;
   *) die "B12X_PCIE_DMA must be 0 or 1 (got '${B12X_PCIE_DMA}')" ;;
 esac
-case "${PCIE_DMA_MIN_BYTES:-auto}" in
-  auto) ;;
-  0 | off) set_opt comm.dma_min_bytes off ;;
-  *) set_opt comm.dma_min_bytes "${PCIE_DMA_MIN_BYTES}" ;;
+case "${raw}" in
+  "" | auto) ;;
+  0 | off) add "${from}" "${raw}" comm.dma_min_bytes off ;;
+  *) add "${from}" "${raw}" comm.dma_min_bytes "${raw}" ;;
 esac
-map_plain DCP_A2A_MAX_TOKENS comm.dcp_a2a_max_tokens
+map DCP_A2A_MAX_TOKENS comm.dcp_a2a_max_tokens
 if [[ -n "${GRAPH:-}" && -n "${CUDAGRAPH_CAPTURE_SIZES:-}" ]]; then
-  die "GRAPH and CUDAGRAPH_CAPTURE_SIZES both set; give one"
+  die "GRAPH=${GRAPH} and CUDAGRAPH_CAPTURE_SIZES=${CUDAGRAPH_CAPTURE_SIZES} both set the capture sizes; unset one of them"
 fi
 if [[ -n "${GRAPH:-}" ]]; then
-  # GRAPH was the largest capture size; sizes are the multiples of MTP+1 up to it.
-  set_opt cudagraph.capture_sizes null
-  set_opt cudagraph.capture_rule "{max: ${GRAPH}}"
+  # GRAPH was the largest capture size; the sizes are the multiples of MTP+1 up to it (step null), and
+  # the rule replaces a capture_sizes list the profile gives.
+  add GRAPH "${GRAPH}" cudagraph.capture_rule "{step: null, max: ${GRAPH}}" cudagraph.capture_sizes
 fi
 if [[ -n "${CUDAGRAPH_CAPTURE_SIZES:-}" ]]; then
-  set_opt cudagraph.capture_rule null
-  set_opt cudagraph.capture_sizes "[${CUDAGRAPH_CAPTURE_SIZES}]"
+  # glmlaunch reads the old comma list itself, and a list replaces the profile's capture_rule.
+  add CUDAGRAPH_CAPTURE_SIZES "${CUDAGRAPH_CAPTURE_SIZES}" cudagraph.capture_sizes \
+    "${CUDAGRAPH_CAPTURE_SIZES}" cudagraph.capture_rule
 fi
-map_bool_auto DCP_QUERY_SPLIT dcp_policy.query_split
-map_int_auto DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS dcp_policy.query_split_min_context_tokens
-map_bool_auto DCP_CKV_GATHER dcp_policy.ckv_gather
-map_int_auto DCP_CKV_GATHER_MAX_TOKENS dcp_policy.ckv_gather_max_tokens
-map_bool_auto DCP_TOPK_OWNER_MERGE dcp_policy.topk_owner_merge
-map_int_auto DCP_INDEXER_SHARDS dcp_policy.indexer_shards
-map_int_auto DCP_CKV_PREFETCH_DEPTH dcp_policy.ckv_prefetch_depth
-map_int_auto DCP_CKV_PREFETCH_WORKSPACE_MIB dcp_policy.ckv_prefetch_workspace_mib
+map_bool_auto DCP_QUERY_SPLIT dcp_policy.query_split VLLM_DCP_QUERY_SPLIT
+map_int_auto DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS dcp_policy.query_split_min_context_tokens \
+  VLLM_DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS
+map_bool_auto DCP_CKV_GATHER dcp_policy.ckv_gather VLLM_B12X_MLA_CKV_GATHER
+map_int_auto DCP_CKV_GATHER_MAX_TOKENS dcp_policy.ckv_gather_max_tokens VLLM_B12X_MLA_CKV_GATHER_MAX_TOKENS
+map_bool_auto DCP_TOPK_OWNER_MERGE dcp_policy.topk_owner_merge VLLM_DCP_TOPK_OWNER_MERGE
+map_int_auto DCP_INDEXER_SHARDS dcp_policy.indexer_shards VLLM_DCP_INDEXER_SHARDS
+map_int_auto DCP_CKV_PREFETCH_DEPTH dcp_policy.ckv_prefetch_depth VLLM_B12X_MLA_CKV_PREFETCH_DEPTH
+map_int_auto DCP_CKV_PREFETCH_WORKSPACE_MIB dcp_policy.ckv_prefetch_workspace_mib \
+  VLLM_B12X_MLA_CKV_PREFETCH_WORKSPACE_MIB
 
 opts=()
-if [[ -z "${GLMLAUNCH_PROFILE:-}" ]]; then
-  opts+=(--profile r12-exl3)
-fi
 case "${DRY_RUN:-0}" in
   0 | "") ;;
   1) opts+=(--dry-run) ;;
   *) die "DRY_RUN must be 0 or 1 (got '${DRY_RUN}')" ;;
 esac
 
+if ((${#mapped[@]})); then
+  joined=$(printf '%s, ' "${mapped[@]}")
+  printf 'serve-glm52.sh: %s\n' "${joined%, }" >&2
+fi
+
 # Arguments given to this script are extra vllm arguments, as with the old scripts' "$@".
 if (($#)) && [[ "$1" == "--" ]]; then
   shift
 fi
-exec glmlaunch serve "${opts[@]}" "${args[@]}" -- "$@"
+exec glmlaunch serve ${opts[@]+"${opts[@]}"} ${sets[@]+"${sets[@]}"} -- "$@"
