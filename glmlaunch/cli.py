@@ -24,6 +24,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer._click.shell_completion import CompletionItem
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from glmlaunch import no_plugin_scan
 from glmlaunch.errors import ExitCode, GlmlaunchError
 from glmlaunch.output import debug_enabled, mask_secrets, note, printable, reset_secrets, set_quiet
 
@@ -91,7 +92,9 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)
+            # Typer builds a pydantic adapter per parameter here: no plugin scan (glmlaunch/__init__.py)
+            with no_plugin_scan():
+                return super().parse_args(ctx, args)
         except UsageError as exc:
             raise _with_context(exc, ctx) from None
 
@@ -128,7 +131,9 @@ class Group(TyperGroup):
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)
+            # Typer builds a pydantic adapter per parameter here: no plugin scan (glmlaunch/__init__.py)
+            with no_plugin_scan():
+                return super().parse_args(ctx, args)
         except UsageError as exc:
             raise _with_context(exc, ctx) from None
 

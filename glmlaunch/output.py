@@ -59,13 +59,16 @@ def __getattr__(name: str) -> Console:
 
         if name == "err_console":
             _CONSOLES[name] = Console(
-                file=cast("IO[str]", _MaskedStream("stderr")), highlight=False, soft_wrap=True
+                file=cast("IO[str]", _MaskedStream("stderr")), highlight=False, soft_wrap=True, emoji=False
             )
         else:
             # Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
             _CONSOLES[name] = Console(
                 file=cast("IO[str]", _MaskedStream("stdout")),
                 highlight=False,
+                # Data is printed as it is: rich would turn a value like ":x:" into an emoji (and pay for
+                # the lookup in every cell).
+                emoji=False,
                 soft_wrap=True,
                 width=None if sys.stdout.isatty() else 240,
             )

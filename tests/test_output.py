@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from conftest import run_cli
 
 from glmlaunch.output import MASK, is_secret_name, mask_obj, mask_secrets, register_secrets
 
@@ -160,3 +163,12 @@ def test_progress_writes_nothing_into_a_pipe_or_log(clean_env: dict[str, str]) -
         check=True,
     )
     assert res.stderr == "done\n"
+
+
+def test_rich_output_prints_emoji_codes_as_written(clean_env: dict[str, str], tmp_path: Path) -> None:
+    # Data is printed as it is: rich's emoji codes would turn a description like ":x:" into a symbol.
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("extends: turnkey\ndescription: 'rack :x: slot :smile:'\n")
+    res = run_cli("plan", "-p", str(profile), env=clean_env)
+    assert res.returncode == 0, res.stderr
+    assert "rack :x: slot :smile:" in res.stdout.splitlines()[0]

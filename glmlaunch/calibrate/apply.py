@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from glmlaunch.calibrate.records import Calibration
 from glmlaunch.config.schema import DeploymentConfig
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.model import TermModel
+    from glmlaunch.calibrate.records import Calibration
     from glmlaunch.calibrate.store import Store
     from glmlaunch.hardware.inventory import Inventory
 

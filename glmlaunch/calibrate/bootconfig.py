@@ -65,7 +65,7 @@ class BootConfigError(ValueError):
 class BootConfig(BaseModel):
     """Everything a boot log says about the configuration that booted; JSON-safe and frozen."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     vllm_version: str | None = None
     vllm_args: dict[str, Any] | None = None

@@ -23,12 +23,14 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.hardware.inventory import Inventory
+
+if TYPE_CHECKING:
+    from glmlaunch.hardware.inventory import Inventory
 
 JsonLeaf = str | int | float | bool | list[Any] | dict[str, Any] | None
 
@@ -132,7 +134,7 @@ def hardware_facts(config: DeploymentConfig, inventory: Inventory | None) -> dic
 
 
 class Fingerprint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     hardware: dict[str, JsonLeaf]
     software: dict[str, JsonLeaf]

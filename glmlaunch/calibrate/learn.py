@@ -14,14 +14,16 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
-from glmlaunch.calibrate.records import Calibration
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
+
+if TYPE_CHECKING:
+    from glmlaunch.calibrate.records import Calibration
 
 BASE_PROFILE = "r12-exl3"
 

@@ -78,7 +78,7 @@ def _int(text: str) -> int:
 class Refusal(BaseModel):
     """vLLM refused to start: the KV budget cannot hold one request, or the start gate F0 >= R failed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: str  # "kv-too-small" | "no-kv-memory" | "start-gate"
     message: str
@@ -93,7 +93,7 @@ class Refusal(BaseModel):
 
 
 class DcpGeometry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     world_size: int
     max_batch_size: int
@@ -105,7 +105,7 @@ class DcpGeometry(BaseModel):
 class Exl3Plan(BaseModel):
     """``EXL3 mixed Trellis runtime planned: …``: the target model's EXL3 runtime arena (rank 0 logs it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     tiers: str | None = None
     decode_capacity: int
@@ -117,7 +117,7 @@ class Exl3Plan(BaseModel):
 class Exl3DraftPlan(BaseModel):
     """``EXL3 rank-sliced runtime planned: …``: the MTP drafter's EXL3 arena (rank 0 logs it, MTP only)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     trellis_m_min: int
     trellis_m_max: int
@@ -133,7 +133,7 @@ class Exl3DraftPlan(BaseModel):
 class PcieCrossovers(BaseModel):
     """``Configured b12x PCIe crossovers: oneshot max=…, fused max=…, DMA min=….`` (bytes)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     oneshot_max_bytes: int
     fused_max_bytes: int
@@ -143,7 +143,7 @@ class PcieCrossovers(BaseModel):
 class RankObservation(BaseModel):
     """Everything one worker process said about memory during one boot."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     rank: str
     tp_rank: int | None = None
@@ -190,7 +190,7 @@ class RankObservation(BaseModel):
 
 
 class EngineObservation(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     process: str | None = None
     kv_cache_tokens: int | None = None
@@ -206,7 +206,7 @@ class EngineObservation(BaseModel):
 class BootLog(BaseModel):
     """The parse of one log: per-rank observations, the engine's lines, and what the log lacked."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     source: str
     sha256: str

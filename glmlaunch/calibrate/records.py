@@ -35,7 +35,7 @@ REQUIRED_TERMS: tuple[str, ...] = ("weights_bytes", "activation_peak_bytes", "no
 class Calibration(BaseModel):
     """One ingested boot. ``ranks`` holds the derived terms; ``boot`` keeps everything the log said."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["glmlaunch-calibration"] = RECORD_KIND
     schema_version: Literal[1] = SCHEMA_VERSION

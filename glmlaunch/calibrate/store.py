@@ -22,19 +22,24 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 from pydantic import ValidationError
 
-from glmlaunch.calibrate.fingerprint import Comparison, compare, make_fingerprint
-from glmlaunch.calibrate.records import RECORD_KIND, SCHEMA_VERSION, Calibration
 from glmlaunch.config.limits import MAX_RECORD_BYTES
 from glmlaunch.config.registry import GLMLAUNCH_CACHE_DIR
 from glmlaunch.config.safeload import check_name_lengths, decode_utf8, load_json, read_file, short
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.files import write_text
-from glmlaunch.hardware.inventory import Inventory
+
+if TYPE_CHECKING:
+    # Records, fingerprints and inventories are imported where a record is read or compared: `plan` on an
+    # empty store (every fresh install) does not pay for building their pydantic models (~17 ms).
+    from glmlaunch.calibrate.fingerprint import Comparison
+    from glmlaunch.calibrate.records import Calibration
+    from glmlaunch.hardware.inventory import Inventory
 
 LOCK_TIMEOUT_S = 30.0
 
@@ -151,6 +156,8 @@ def read_record(path: Path) -> tuple[Calibration | None, str | None]:
     Only regular files of at most ``MAX_RECORD_BYTES`` are read (a FIFO, a device or a symlink to one is
     skipped without being opened for reading), and the JSON is held to ``config.limits``.
     """
+    from glmlaunch.calibrate.records import RECORD_KIND, SCHEMA_VERSION, Calibration
+
     try:
         raw = read_file(path, limit=MAX_RECORD_BYTES, key="record", what="file")
         text = decode_utf8(raw, key="record", value=path.name, what="file")
@@ -216,6 +223,8 @@ def lookup_calibration(
     versions: Mapping[str, str | None] | None = None,
 ) -> Lookup:
     """The newest usable record whose fingerprint matches; ``relax`` lists settings keys allowed to differ."""
+    from glmlaunch.calibrate.fingerprint import compare, make_fingerprint
+
     st = store or Store.default()
     loaded = st.load()
     current = make_fingerprint(config, inventory, versions=versions)

@@ -13,9 +13,6 @@ No ``from __future__ import annotations`` here: pydantic would have to evaluate 
 again when it builds the models, which every command that resolves a configuration pays at start-up.
 """
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -29,30 +26,9 @@ from pydantic import (
     model_validator,
 )
 
+from glmlaunch import no_plugin_scan
 from glmlaunch.config.limits import MAX_CAPTURE_SIZE, MAX_TOKENS
 from glmlaunch.config.units import GIB, KIB, MIB, parse_size
-
-# glmlaunch's models use no pydantic plugin, and pydantic looks plugins up by scanning the metadata of
-# every installed distribution (importlib.metadata.entry_points) when it builds the first model: ~4 ms
-# of every start-up with the test extra's packages installed. Typer turns the lookup off the same way
-# around its own adapters. The caller's setting is put back as soon as the models are built, so nothing
-# glmlaunch starts (vLLM) inherits it.
-_PLUGINS_VAR = "PYDANTIC_DISABLE_PLUGINS"
-
-
-@contextmanager
-def no_plugin_scan() -> Iterator[None]:
-    """Build pydantic models (or validate a deferred one for the first time) without the plugin scan."""
-    before = os.environ.get(_PLUGINS_VAR)
-    os.environ[_PLUGINS_VAR] = "__all__"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(_PLUGINS_VAR, None)
-        else:
-            os.environ[_PLUGINS_VAR] = before
-
 
 # The models below are built as the module runs: the scan stays off until the end of the module.
 _models_built = no_plugin_scan()

@@ -21,8 +21,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from glmlaunch import no_plugin_scan
 from glmlaunch.config.registry import TOOL_PREFIX, TOOL_VARS
-from glmlaunch.config.schema import no_plugin_scan
 from glmlaunch.errors import ConfigError
 
 

@@ -77,7 +77,7 @@ CORES_PER_SM: dict[str, int] = {
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class ProbeError(_Frozen):

@@ -155,7 +155,7 @@ def find_entry(result: PlanResult, name: str) -> Entry:
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class EntryDoc(_Doc):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
@@ -21,9 +21,12 @@ from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger
 from glmlaunch.output import mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
-from glmlaunch.plan.audit import Audit
-from glmlaunch.plan.diff import Diff, diff_document
 from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, plan_document
+
+if TYPE_CHECKING:
+    # audit and diff are imported by their own commands; `plan` does not load them
+    from glmlaunch.plan.audit import Audit
+    from glmlaunch.plan.diff import Diff
 
 _LIFETIME_TITLES = {
     "budget-term": "budget terms (W, KV)",
@@ -262,9 +265,9 @@ def render_plan(
     result: PlanResult, *, as_json: bool, explain: str | None = None, svg: Path | None = None
 ) -> None:
     ledger, budget = result.ledger, result.budget
-    title = f"glmlaunch plan -p {config_label(result.resolved)}: {result.config.description or ''}".rstrip(
-        ": "
-    )
+    title = f"glmlaunch plan -p {config_label(result.resolved)}"
+    if result.config.description:
+        title += f": {result.config.description}"
     if svg is not None:
         memmap.write_svg(svg, ledger.ranks, budget, title=title, verdict=svg_verdict(result))
         note(f"memory map written to {svg}")
@@ -372,6 +375,8 @@ def _opt(n: int | None) -> str:
 
 def render_diff(d: Diff, *, as_json: bool) -> None:
     if as_json:
+        from glmlaunch.plan.diff import diff_document
+
         out_json(diff_document(d))
         return
     lname, rname = config_label(d.left.resolved), config_label(d.right.resolved)

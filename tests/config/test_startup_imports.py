@@ -87,3 +87,39 @@ def test_exit_skips_freeing_what_the_process_built(clean_env: dict[str, str]) ->
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == "frozen=True"
+
+
+RUN_PLAN = """
+import io, json, os, sys, contextlib, runpy
+sys.argv = ["glmlaunch", "plan", "-p", "turnkey"]
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        runpy.run_module("glmlaunch", run_name="__main__")
+    except SystemExit:
+        pass
+from pydantic.plugin import _loader
+watched = (
+    "glmlaunch.calibrate.records", "glmlaunch.calibrate.logs", "glmlaunch.calibrate.bootconfig",
+    "glmlaunch.hardware.inventory", "glmlaunch.plan.audit", "glmlaunch.plan.diff", "rich._emoji_codes",
+)
+from glmlaunch.plan.planner import PlanDoc
+print(json.dumps({
+    "modules": sorted(m for m in watched if m in sys.modules),
+    "plan_doc_built": PlanDoc.__pydantic_complete__,
+    "plugins_scanned": _loader._plugins is not None,
+    "plugins_var_left": "PYDANTIC_DISABLE_PLUGINS" in os.environ,
+}))
+"""
+
+
+def test_plan_on_an_empty_store_builds_no_record_models(clean_env: dict[str, str]) -> None:
+    # A fresh install has no calibration record: the records' models (boot log, fingerprint, inventory)
+    # are for reading one; the JSON document models for --json; the emoji table for nothing (data is
+    # printed as written); Typer's parameter adapters must not trigger pydantic's plugin scan either.
+    probe = _probe(RUN_PLAN, clean_env)
+    assert probe == {
+        "modules": [],
+        "plan_doc_built": False,
+        "plugins_scanned": False,
+        "plugins_var_left": False,
+    }
