@@ -15,6 +15,8 @@ sentence as the summary in the parent's command list; every message on stderr is
 import inspect
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -87,16 +89,21 @@ def _with_context(exc: UsageError, ctx: Context) -> UsageError:
     return exc
 
 
+def _parse(ctx: Context, parse: Callable[[], list[str]]) -> list[str]:
+    """Parse a command line as a command or group does, with glmlaunch's usage errors."""
+    try:
+        # Typer builds a pydantic adapter per parameter here: no plugin scan (glmlaunch/__init__.py)
+        with no_plugin_scan():
+            return parse()
+    except UsageError as exc:
+        raise _with_context(exc, ctx) from None
+
+
 class Command(TyperCommand):
     """A command held to the help conventions, ending quietly on a closed pipe."""
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
-        try:
-            # Typer builds a pydantic adapter per parameter here: no plugin scan (glmlaunch/__init__.py)
-            with no_plugin_scan():
-                return super().parse_args(ctx, args)
-        except UsageError as exc:
-            raise _with_context(exc, ctx) from None
+        return _parse(ctx, partial(super().parse_args, ctx, args))
 
     def collect_usage_pieces(self, ctx: Context) -> list[str]:
         return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
@@ -130,12 +137,7 @@ class Group(TyperGroup):
             self.subcommand_metavar = "COMMAND [ARGS...]"  # as every other repeatable is written
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
-        try:
-            # Typer builds a pydantic adapter per parameter here: no plugin scan (glmlaunch/__init__.py)
-            with no_plugin_scan():
-                return super().parse_args(ctx, args)
-        except UsageError as exc:
-            raise _with_context(exc, ctx) from None
+        return _parse(ctx, partial(super().parse_args, ctx, args))
 
     def collect_usage_pieces(self, ctx: Context) -> list[str]:
         return _usage_pieces(ctx, super().collect_usage_pieces(ctx))

@@ -160,58 +160,11 @@ _SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], t
 )
 
 
-def _topk_exchange_latent(ctx: Context) -> list[Draft]:
-    """The top-k exchange slab while ``query_split`` / ``topk_owner_merge`` are left unset.
-
-    Unset, glmlaunch exports neither ``VLLM_DCP_QUERY_SPLIT`` nor ``VLLM_DCP_TOPK_OWNER_MERGE`` and vLLM
-    reads its own default for both, ``0`` (the composed trees declare them ``bool(int(getenv(..., "0")))``):
-    nothing allocates the slab, so charging it would be wrong and a note on every plan would be noise. What
-    can still turn it on is outside the configuration: the caller's environment carrying either variable
-    (the old launchers' ``auto`` resolved both to 1 at DCP > 1). That is a latent hazard, with its size.
-    """
-    cfg, k = ctx.config, ctx.k
-    if not topk_exchange.undecided(cfg) or cfg.parallel.dcp not in k.dcp_topk_world_sizes:
-        return []
-    rows = topk_exchange.rows(cfg)
-    topk = cfg.model.geometry.index_topk
-    if ctx.lib is not None:
-        slab = ctx.lib.dcp_topk_slab_bytes(world_size=cfg.parallel.dcp, max_rows=rows, topk=topk)
-    else:
-        slab = topk_exchange.slab_bytes(signal_bytes=k.dcp_topk_signal_bytes, rows=rows, topk=topk)
-    return [
-        Draft(
-            name="dcp_topk.slab",
-            subsystem="topk_exchange",
-            requested_bytes=slab,
-            count=1,
-            kind="ipc",
-            lifetime="profiled",
-            condition=(
-                f"DCP {cfg.parallel.dcp}: only if dcp_policy.query_split or topk_owner_merge is set to true "
-                "(unset: vLLM's default, off)"
-            ),
-            reader="DCP indexer top-k owner merge (latent)",
-            formula=(
-                f"A256(signal) + 2 * A256(8 * R * K) = A256({fmt_int(k.dcp_topk_signal_bytes)}) + 2 * "
-                f"A256(8 * {rows} * {topk}) = {fmt_int(slab)}"
-            ),
-            origin="estimate",
-            alloc="ipc",
-            note=(
-                "latent: unset, neither VLLM_DCP_QUERY_SPLIT nor VLLM_DCP_TOPK_OWNER_MERGE is exported "
-                "and vLLM defaults both to 0; a caller's environment that sets either to 1 reaches vLLM "
-                "unchanged and allocates this slab (set the two settings explicitly to make the plan "
-                "charge it)"
-            ),
-        )
-    ]
-
-
 #: hazards a code path could allocate but the configuration does not charge (listed under ``latent``)
 _LATENT: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
     (paged_logits.latent, paged_logits.key),
     (dcp_prefill.latent, dcp_prefill.key),
-    (_topk_exchange_latent, topk_exchange.key),
+    (topk_exchange.latent, topk_exchange.key),
 )
 
 

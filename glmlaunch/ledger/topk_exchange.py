@@ -31,16 +31,45 @@ def undecided(cfg: DeploymentConfig) -> bool:
     return cfg.parallel.dcp > 1 and not enabled(cfg) and (p.query_split is None or p.topk_owner_merge is None)
 
 
-def entries(ctx: Context) -> list[Draft]:
+def _slab(ctx: Context) -> tuple[int, int, int, str]:
+    """Rows R, top-k K, the slab's bytes and its formula with the values (the library's when imported)."""
     cfg, k = ctx.config, ctx.k
-    if not enabled(cfg) or cfg.parallel.dcp not in k.dcp_topk_world_sizes:
-        return []
     r = rows(cfg)
     kk = cfg.model.geometry.index_topk
     if ctx.lib is not None:
         slab = ctx.lib.dcp_topk_slab_bytes(world_size=cfg.parallel.dcp, max_rows=r, topk=kk)
     else:
         slab = slab_bytes(signal_bytes=k.dcp_topk_signal_bytes, rows=r, topk=kk)
+    formula = (
+        f"A256(signal) + 2 * A256(8 * R * K) = A256({fmt_int(k.dcp_topk_signal_bytes)}) + 2 * "
+        f"A256(8 * {r} * {kk}) = {fmt_int(slab)}  "
+        f"[R = A(B, W) = A({max_batch_size(cfg)}, {cfg.parallel.dcp})]"
+    )
+    return r, kk, slab, formula
+
+
+def _draft(ctx: Context, *, condition: str, reader: str, note: str) -> Draft:
+    _, _, slab, formula = _slab(ctx)
+    return Draft(
+        name="dcp_topk.slab",
+        subsystem="topk_exchange",
+        requested_bytes=slab,
+        count=1,
+        kind="ipc",
+        lifetime="profiled",
+        condition=condition,
+        reader=reader,
+        formula=formula,
+        origin="estimate",
+        alloc="ipc",
+        note=note,
+    )
+
+
+def entries(ctx: Context) -> list[Draft]:
+    cfg = ctx.config
+    if not enabled(cfg) or cfg.parallel.dcp not in ctx.k.dcp_topk_world_sizes:
+        return []
     on = [
         n
         for n, v in (
@@ -50,23 +79,41 @@ def entries(ctx: Context) -> list[Draft]:
         if v
     ]
     return [
-        Draft(
-            name="dcp_topk.slab",
-            subsystem="topk_exchange",
-            requested_bytes=slab,
-            count=1,
-            kind="ipc",
-            lifetime="profiled",
+        _draft(
+            ctx,
             condition=f"DCP {cfg.parallel.dcp} with {' and '.join(on)} on",
             reader="DCP indexer top-k owner merge",
-            formula=(
-                f"A256(signal) + 2 * A256(8 * R * K) = A256({fmt_int(k.dcp_topk_signal_bytes)}) + 2 * "
-                f"A256(8 * {r} * {kk}) = {fmt_int(slab)}  "
-                f"[R = A(B, W) = A({max_batch_size(cfg)}, {cfg.parallel.dcp})]"
-            ),
-            origin="estimate",
-            alloc="ipc",
             note="R assumed equal to the DCP A2A row cap",
+        )
+    ]
+
+
+def latent(ctx: Context) -> list[Draft]:
+    """The slab while ``query_split`` / ``topk_owner_merge`` are left unset: listed, not charged.
+
+    Unset, glmlaunch exports neither ``VLLM_DCP_QUERY_SPLIT`` nor ``VLLM_DCP_TOPK_OWNER_MERGE`` and vLLM
+    reads its own default for both, ``0`` (the composed trees declare them ``bool(int(getenv(..., "0")))``):
+    nothing allocates the slab, so charging it would be wrong and a note on every plan would be noise. What
+    can still turn it on is outside the configuration: the caller's environment carrying either variable
+    (the old launchers' ``auto`` resolved both to 1 at DCP > 1). That is a latent hazard, with its size.
+    """
+    cfg = ctx.config
+    if not undecided(cfg) or cfg.parallel.dcp not in ctx.k.dcp_topk_world_sizes:
+        return []
+    return [
+        _draft(
+            ctx,
+            condition=(
+                f"DCP {cfg.parallel.dcp}: only if dcp_policy.query_split or topk_owner_merge is set to true "
+                "(unset: vLLM's default, off)"
+            ),
+            reader="DCP indexer top-k owner merge (latent)",
+            note=(
+                "latent: unset, neither VLLM_DCP_QUERY_SPLIT nor VLLM_DCP_TOPK_OWNER_MERGE is exported "
+                "and vLLM defaults both to 0; a caller's environment that sets either to 1 reaches vLLM "
+                "unchanged and allocates this slab (set the two settings explicitly to make the plan "
+                "charge it)"
+            ),
         )
     ]
 
