@@ -36,6 +36,9 @@ class PlanResult:
     # Which calibration the figures use, in words: part of the plan's header (stdout), not a message,
     # so a shipped profile's plan says nothing about itself on stderr.
     calibration_message: str = ""
+    # `--gpu-memory` as given (None: the profile's hardware.memory_per_gpu), for the headers that name
+    # the configuration a plan is about.
+    gpu_memory: str | None = None
 
     @property
     def config(self) -> DeploymentConfig:
@@ -116,7 +119,7 @@ def make_plan(
     result = plan_resolved(
         resolved, gpu_memory=parse_gpu_memory(gpu_memory), library=library, calibration=use.calibration
     )
-    return replace(result, calibration_message=use.message)
+    return replace(result, calibration_message=use.message, gpu_memory=gpu_memory)
 
 
 #: ``--explain`` names for the budget terms (the term model's account of each), besides ledger entries.

@@ -266,6 +266,8 @@ def render_plan(
 ) -> None:
     ledger, budget = result.ledger, result.budget
     title = f"glmlaunch plan -p {config_label(result.resolved)}"
+    if result.gpu_memory is not None:
+        title += f" --gpu-memory {result.gpu_memory}"
     if result.config.description:
         title += f": {result.config.description}"
     if svg is not None:

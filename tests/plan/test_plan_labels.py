@@ -53,3 +53,11 @@ def test_audit_and_diff_name_the_overrides_the_same_way(clean_env: dict[str, str
     assert diff.returncode == 0, diff.stderr
     assert "gate + comm.single_channel=true" in diff.stdout
     assert "turnkey + comm.single_channel=true" in diff.stdout
+
+
+def test_plan_header_and_svg_name_the_gpu_memory_override(clean_env: dict[str, str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    svg = tmp_path / "map.svg"
+    out = run_cli("plan", "-p", "gate", "--gpu-memory", "96GiB", "--svg", str(svg), env=clean_env)
+    assert out.returncode in (0, 4), out.stderr
+    assert _first_line(out.stdout).startswith("glmlaunch plan -p gate --gpu-memory 96GiB: release gate")
+    assert "glmlaunch plan -p gate --gpu-memory 96GiB" in svg.read_text()
