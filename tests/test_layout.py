@@ -50,7 +50,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def stage_of(module: str) -> str | None:
-    if module == "glmlaunch.__main__":
+    if module in ("glmlaunch.__main__", "glmlaunch.clikit"):
         return "cli"
     if module in SHARED:
         return None

@@ -1,0 +1,358 @@
+"""The conventions every glmlaunch command is held to, apart from the commands themselves (``cli.py``).
+
+* Help: ``-h``/``--help``; metavars that say what to type (``-p NAME``, ``--set KEY=VALUE``), never a
+  Python type; an "Examples" section of real command lines printed verbatim; the whole first sentence of
+  each summary in the parent's command list (:class:`Command`, :class:`Group`).
+* Shell completion: ``--show-completion`` / ``--install-completion [SHELL]`` and the candidates for
+  profile names, shells and search objectives (Typer's protocol, ``_GLMLAUNCH_COMPLETE``).
+* Running: :func:`run` turns every failure into one ``error: …`` line on stderr and the exit code README
+  documents (a usage error, a ``GlmlaunchError``, Ctrl-C, a closed pipe, a bug); a traceback only with
+  ``GLMLAUNCH_DEBUG=1``.
+
+tests/test_help.py, tests/test_completion.py and tests/test_cli_conventions.py hold every command to them.
+"""
+
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NoReturn
+
+import typer
+from typer._click import Context, HelpFormatter
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer._click.shell_completion import CompletionItem
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+
+from glmlaunch import no_plugin_scan
+from glmlaunch.errors import ExitCode, GlmlaunchError
+from glmlaunch.output import debug_enabled, mask_secrets, note, printable, reset_secrets, set_quiet
+
+PROG = "glmlaunch"
+#: The variable the completion scripts set when they ask glmlaunch for candidates (Typer's protocol).
+COMPLETE_VAR = "_GLMLAUNCH_COMPLETE"
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "pwsh", "powershell")
+
+
+# --- help and error conventions (the click classes every command and group is built with) ------------
+def _argument_usage(param: TyperArgument) -> str:
+    """``NAME``, ``[NAME]``, ``NAME...``: what to type, as man pages write it (Typer writes ``{name}``)."""
+    name = param.metavar or (param.name or "ARG").upper()
+    if name.startswith("["):  # already written in full, e.g. "[-- VLLM_ARG...]"
+        return name
+    if param.nargs != 1:
+        name += "..."
+    return name if param.required else f"[{name}]"
+
+
+def _usage_pieces(ctx: Context, pieces: list[str]) -> list[str]:
+    # Typer's pieces are [OPTIONS], one per argument, then (for a group) the subcommand metavar.
+    args = [_argument_usage(p) for p in ctx.command.get_params(ctx) if isinstance(p, TyperArgument)]
+    return [pieces[0], *args, *pieces[1 + len(args) :]]
+
+
+def _format_params(ctx: Context, formatter: HelpFormatter) -> None:
+    """Arguments by what to type (no ``<list[str]>``), then the options, whose metavars are declared."""
+    args: list[tuple[str, str]] = []
+    opts: list[tuple[str, str]] = []
+    for param in ctx.command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        if isinstance(param, TyperArgument):
+            args.append((_argument_usage(param).strip("[]"), record[1]))
+        else:
+            opts.append(record)
+    for title, rows in (("Arguments", args), ("Options", opts)):
+        if rows:
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+def _format_examples(epilog: str | None, formatter: HelpFormatter) -> None:
+    # The epilog holds example command lines, one per line; click would rewrap them into one paragraph.
+    if not epilog:
+        return
+    with formatter.section("Examples"):
+        for line in inspect.cleandoc(epilog).splitlines():
+            formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+def _with_context(exc: UsageError, ctx: Context) -> UsageError:
+    # Some parser errors ("option '-p' requires an argument") carry no context; the hint needs the
+    # command's path to point at the right `-h`.
+    if exc.ctx is None:
+        exc.ctx = ctx
+        exc.cmd = ctx.command
+    return exc
+
+
+def _parse(ctx: Context, parse: Callable[[], list[str]]) -> list[str]:
+    """Parse a command line as a command or group does, with glmlaunch's usage errors."""
+    try:
+        # Typer builds a pydantic adapter per parameter here: no plugin scan (glmlaunch/__init__.py)
+        with no_plugin_scan():
+            return parse()
+    except UsageError as exc:
+        raise _with_context(exc, ctx) from None
+
+
+class Command(TyperCommand):
+    """A command held to the help conventions, ending quietly on a closed pipe."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        return _parse(ctx, partial(super().parse_args, ctx, args))
+
+    def collect_usage_pieces(self, ctx: Context) -> list[str]:
+        return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
+
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_params(ctx, formatter)
+
+    def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_examples(self.epilog, formatter)
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # `glmlaunch plan | head -1`: the reader stopped early, which is not an error (`git log | head`
+            # exits 0). Caught here because Typer turns a broken pipe into exit 1 before main() sees it.
+            _silence_stdout()
+            raise typer.Exit(0) from None
+        except KeyboardInterrupt:
+            # Typer would exit 130 without a word; say it in the one error style.
+            _error("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+class Group(TyperGroup):
+    """A group held to the help conventions, listing each command with its whole summary."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        if self.subcommand_metavar == "COMMAND [ARGS]...":
+            self.subcommand_metavar = "COMMAND [ARGS...]"  # as every other repeatable is written
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        return _parse(ctx, partial(super().parse_args, ctx, args))
+
+    def collect_usage_pieces(self, ctx: Context) -> list[str]:
+        return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
+
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_params(ctx, formatter)
+        self.format_commands(ctx, formatter)
+
+    def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_examples(self.epilog, formatter)
+
+    def shell_complete(self, ctx: Context, incomplete: str) -> list[CompletionItem]:
+        # The same whole summaries in zsh's and fish's candidate lists.
+        items = super().shell_complete(ctx, incomplete)
+        for item in items:
+            if item.type == "plain" and (cmd := self.get_command(ctx, item.value)) is not None:
+                item.help = cmd.get_short_help_str(limit=10_000)
+        return items
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        # click cuts each summary at 45 columns ("Print the resolved configuration and where every
+        # value came..."); the whole first sentence is what tells the commands apart.
+        rows = [
+            (name, cmd.get_short_help_str(limit=10_000))
+            for name in self.list_commands(ctx)
+            if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _silence_stdout() -> None:
+    # Point stdout at /dev/null so the interpreter's final flush cannot fail again (Python's recipe).
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+# --- shell completion ------------------------------------------------------------------------------------
+def complete_profile(incomplete: str) -> list[tuple[str, str]]:
+    """Profile names on the search path (``GLMLAUNCH_PROFILE_PATH``, then the shipped ones) for ``-p``.
+
+    A word with a path separator gets nothing, so the shell falls back to completing file names.
+    """
+    if "/" in incomplete or incomplete.startswith("."):
+        return []
+    from glmlaunch.config.profiles import PROFILE_SUFFIXES, search_dirs
+
+    names: dict[str, str] = {}
+    for directory, builtin in search_dirs():
+        try:
+            paths = sorted(directory.iterdir())
+        except OSError:
+            continue
+        for path in paths:
+            if path.suffix in PROFILE_SUFFIXES and path.stem.startswith(incomplete):
+                names.setdefault(path.stem, "built-in profile" if builtin else str(path))
+    return list(names.items())
+
+
+def complete_shell(incomplete: str) -> list[str]:
+    from glmlaunch.config.shells import SHELLS
+
+    return [s for s in SHELLS if s.startswith(incomplete)]
+
+
+def complete_objective(incomplete: str) -> list[str]:
+    from glmlaunch.calibrate.search import OBJECTIVES
+
+    return [o for o in OBJECTIVES if o.startswith(incomplete)]
+
+
+def complete_completion_shell(incomplete: str) -> list[str]:
+    return [s for s in COMPLETION_SHELLS if s.startswith(incomplete)]
+
+
+def _completion_shell(value: str) -> str:
+    if value != "auto":
+        return value
+    from typer._completion_shared import _get_shell_name
+
+    detected = _get_shell_name()
+    if detected not in COMPLETION_SHELLS:
+        from glmlaunch.errors import ConfigError
+
+        raise ConfigError(
+            "cannot tell which shell this is",
+            key="--install-completion/--show-completion",
+            value=detected,
+            allowed=COMPLETION_SHELLS,
+            hint="name it: --show-completion bash",
+        )
+    return str(detected)
+
+
+def _check_completion_shell(value: str) -> str:
+    if value not in (*COMPLETION_SHELLS, "auto"):
+        from glmlaunch.errors import ConfigError
+
+        raise ConfigError(
+            "no completion for this shell",
+            key="--install-completion/--show-completion",
+            value=value,
+            allowed=COMPLETION_SHELLS,
+        )
+    return _completion_shell(value)
+
+
+def show_completion(value: str | None) -> None:
+    if value is None:
+        return
+    from typer._completion_shared import get_completion_script
+
+    shell = _check_completion_shell(value)
+    sys.stdout.write(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell) + "\n")
+    raise typer.Exit(0)
+
+
+def install_completion(value: str | None) -> None:
+    if value is None:
+        return
+    from typer._completion_shared import install
+
+    shell, path = install(shell=_check_completion_shell(value), prog_name=PROG, complete_var=COMPLETE_VAR)
+    note(f"{shell} completion installed in {path}; it takes effect in a new shell")
+    raise typer.Exit(0)
+
+
+def print_version(value: bool) -> None:
+    if value:
+        from glmlaunch import __version__
+
+        sys.stdout.write(f"glmlaunch {__version__}\n")
+        raise typer.Exit()
+
+
+# --- running it ------------------------------------------------------------------------------------------
+def _fail(exc: GlmlaunchError) -> NoReturn:
+    # one_line() already hides the value of a secret-named key; mask_secrets hides every other secret.
+    lines = exc.all_lines() if hasattr(exc, "all_lines") else [exc.one_line()]
+    for line in lines:
+        _error(line)
+    raise SystemExit(int(exc.exit_code))
+
+
+def _error(line: str) -> None:
+    sys.stderr.write(f"error: {printable(mask_secrets(line))}\n")
+    sys.stderr.flush()
+
+
+def _usage_error(exc: UsageError) -> NoReturn:
+    """click's three-line "Usage: … Try … Error: …" as one ``error:`` line with the way to the help."""
+    message = " ".join(exc.format_message().split())  # "Choose from:\n\t…" included, on one line
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    path = exc.ctx.command_path if exc.ctx is not None else PROG
+    _error(f"{message.rstrip('.')}; hint: `{path} -h` shows the usage")
+    raise SystemExit(int(ExitCode.CONFIG))
+
+
+def _completion_flag_values(args: list[str]) -> list[str]:
+    """``--show-completion`` / ``--install-completion`` without a shell mean the current shell (Typer's
+    form); click options cannot take an optional value, so the missing value is supplied here."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "--":  # root options end at the command name
+            return out + args[i:]
+        out.append(arg)
+        if arg in ("--show-completion", "--install-completion") and (
+            i + 1 == len(args) or args[i + 1].startswith("-")
+        ):
+            out.append("auto")
+    return out
+
+
+def run(app: typer.Typer) -> NoReturn:
+    """Run ``app`` as the console script: every failure one ``error:`` line and its documented exit code."""
+    reset_secrets()  # the secrets of this run only (main may run many times in one process, as in tests)
+    set_quiet(False)
+    if COMPLETE_VAR in os.environ:
+        # A completion script asks for candidates; Typer registers its bash/zsh/fish/pwsh protocol only
+        # with add_completion=True, which would also add its own --show-completion (replaced above).
+        from typer._completion_classes import completion_init
+
+        completion_init()
+    try:
+        code = app(args=_completion_flag_values(sys.argv[1:]), prog_name=PROG, standalone_mode=False)
+    except GlmlaunchError as exc:
+        if debug_enabled():
+            raise
+        _fail(exc)
+    except NoArgsIsHelpError as exc:
+        # `glmlaunch calibrate`: the group's help is the answer, as for a bare `glmlaunch`
+        sys.stdout.write(exc.ctx.get_help() + "\n" if exc.ctx is not None else "")
+        raise SystemExit(0) from None
+    except UsageError as exc:
+        _usage_error(exc)
+    except ClickException as exc:
+        _error(exc.format_message())
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        _error("aborted")
+        raise SystemExit(int(ExitCode.INTERNAL)) from None
+    except KeyboardInterrupt:
+        _error("interrupted")
+        raise SystemExit(int(ExitCode.INTERRUPTED)) from None
+    except BrokenPipeError:
+        _silence_stdout()
+        raise SystemExit(0) from None
+    except Exception as exc:
+        # A bug: one line in the same style, the traceback only when asked for (README: exit code 1).
+        if debug_enabled():
+            raise
+        _error(
+            f"internal error: {type(exc).__name__}: {exc}; hint: run again with GLMLAUNCH_DEBUG=1 for the "
+            "traceback, and report it"
+        )
+        raise SystemExit(int(ExitCode.INTERNAL)) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
