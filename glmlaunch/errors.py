@@ -18,10 +18,19 @@ SECRET_MARKERS: frozenset[str] = frozenset(
     {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
 )
 MASK = "****"
+#: A marker followed by one of these parts names a quantity, not a credential:
+#: VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD (a token count), a KEY_SIZE, a TOKEN_BUDGET.
+QUANTITY_PARTS: frozenset[str] = frozenset(
+    {"THRESHOLD", "LIMIT", "COUNT", "BUDGET", "SIZE", "LEN", "LENGTH", "CAPACITY", "NUM", "BYTES", "RATIO"}
+)
 
 
 def is_secret_name(name: str) -> bool:
-    return any(part in SECRET_MARKERS for part in re.split(r"[^A-Z0-9]+", name.upper()))
+    parts = re.split(r"[^A-Z0-9]+", name.upper())
+    return any(
+        part in SECRET_MARKERS and (i + 1 == len(parts) or parts[i + 1] not in QUANTITY_PARTS)
+        for i, part in enumerate(parts)
+    )
 
 
 class ExitCode(IntEnum):

@@ -118,6 +118,9 @@ def reset_secrets() -> None:
     _environ_read = False
 
 
+_NUMBER = re.compile(r"[+-]?[0-9][0-9_,]*(?:\.[0-9]+)?")
+
+
 def register_secrets(environ: Mapping[str, str]) -> None:
     """Remember the values of secret-named variables so they are masked wherever they appear."""
     for name, value in environ.items():
@@ -126,9 +129,17 @@ def register_secrets(environ: Mapping[str, str]) -> None:
 
 
 def register_secret(value: str) -> None:
-    """Remember one secret value (four characters or more: shorter ones would mask ordinary words)."""
-    if isinstance(value, str) and len(value) >= 4 and value != MASK:
-        _known_secrets.add(value)
+    """Remember one secret value, to mask wherever it appears.
+
+    Not remembered: values under four characters (they would mask ordinary words) and plain numbers: a
+    value such as ``1024`` is a count wherever it appears (sizes, token counts, formulas), and masking it
+    by value would garble every figure that happens to equal it (the name itself is still masked).
+    """
+    if not isinstance(value, str) or len(value) < 4 or value == MASK:
+        return
+    if _NUMBER.fullmatch(value.strip()):
+        return
+    _known_secrets.add(value)
 
 
 def register_argv_secrets(argv: Sequence[str]) -> None:
@@ -186,10 +197,16 @@ def mask_secrets(text: str, extra: Iterable[str] = ()) -> str:
     """The one masking path for text: registered secret values, then secret assignments and flags."""
     for secret in sorted({*known_secrets(), *(s for s in extra if len(s) >= 4)}, key=len, reverse=True):
         text = text.replace(secret, MASK)
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    text = _YAML_PAIR.sub(lambda m: f"{m.group(1)}{MASK}", text)
-    text = _JSON_PAIR.sub(lambda m: f"{m.group(1)}{MASK}{m.group(2)}", text)
-    return _FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    # The patterns find a marker anywhere in a name; is_secret_name then drops the quantities
+    # (VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD=1024 is a count).
+    text = _ASSIGNMENT.sub(lambda m: _masked(m, f"{m.group(1)}{m.group(2)}{MASK}", m.group(1)), text)
+    text = _YAML_PAIR.sub(lambda m: _masked(m, f"{m.group(1)}{MASK}", m.group(1)), text)
+    text = _JSON_PAIR.sub(lambda m: _masked(m, f"{m.group(1)}{MASK}{m.group(2)}", m.group(1)), text)
+    return _FLAG.sub(lambda m: _masked(m, f"{m.group(1)}{m.group(2)}{MASK}", m.group(1)), text)
+
+
+def _masked(match: re.Match[str], masked: str, name: str) -> str:
+    return masked if is_secret_name(name.strip(" \t-:\"")) else match.group(0)
 
 
 def printable(text: str) -> str:

@@ -11,8 +11,9 @@
 #   GLMLAUNCH_PROFILE=gate DRY_RUN=1 scripts/serve-glm52.sh
 #
 # Arguments are extra `vllm serve` arguments, as they were for the old scripts ("$@"). The last two
-# lines print what would run anywhere: checked against a saved inventory (`glmlaunch hw --save FILE` on
-# the rig) instead of the GPUs, and without the preflight, which needs them.
+# lines print what would run on any machine where vllm is installed (without it: exit 6, as the launch):
+# checked against a saved inventory (`glmlaunch hw --save FILE` on the rig) instead of the GPUs, and
+# without the preflight, which needs them.
 #
 # The profile is glmlaunch's choice (GLMLAUNCH_PROFILE, else glmlaunch's default, turnkey), never this
 # script's: it has no defaults of its own. Only variables that are set, non-empty and not "auto" become

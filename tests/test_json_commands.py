@@ -52,6 +52,19 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+#: Other documents a command prints under another option, each validated the same way.
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "plan --explain ENTRY": (
+        "plan-explain.schema.json",
+        ["plan", "-p", "turnkey", "--explain", "dcp_a2a.slab.capture", "--json"],
+    ),
+    "plan --explain TERM": (
+        "plan-explain.schema.json",
+        ["plan", "-p", "turnkey", "--explain", "W", "--json"],
+    ),
+}
+
+
 def json_commands() -> list[str]:
     """Every command (space-joined path) that declares a `--json` option."""
     found: list[str] = []
@@ -81,11 +94,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("store")
 
 
-@pytest.mark.parametrize("command", list(INVOCATIONS))
+@pytest.mark.parametrize("command", [*INVOCATIONS, *VARIANTS])
 def test_json_output_is_one_versioned_object_valid_against_its_schema(
     command: str, clean_env: dict[str, str], store: Path, tmp_path: Path
 ) -> None:
-    schema_file, argv = INVOCATIONS[command]
+    schema_file, argv = {**INVOCATIONS, **VARIANTS}[command]
     work = tmp_path / "work"
     work.mkdir()
     vllm = tmp_path / "vllm"

@@ -172,3 +172,36 @@ def test_rich_output_prints_emoji_codes_as_written(clean_env: dict[str, str], tm
     res = run_cli("plan", "-p", str(profile), env=clean_env)
     assert res.returncode == 0, res.stderr
     assert "rack :x: slot :smile:" in res.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "name", ["VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD", "MY_TOKEN_LIMIT", "KEY_SIZE", "TOKEN_BUDGET"]
+)
+def test_a_marker_followed_by_a_quantity_is_not_a_secret(name: str) -> None:
+    assert not is_secret_name(name)
+    assert is_secret_name(name.rsplit("_", 1)[0] + "_FILE")  # the marker alone still makes a secret
+
+
+def test_a_number_is_never_masked_by_value(clean_env: dict[str, str], tmp_path: Path) -> None:
+    # A secret-named variable whose value is a count must not turn every equal figure into ****.
+    profile = tmp_path / "p.yaml"
+    profile.write_text("extends: turnkey\nenv:\n  MY_API_KEY: '3072'\n")
+    res = run_cli("config", "-p", str(profile), env=clean_env)
+    assert res.returncode == 0, res.stderr
+    row = next(line for line in res.stdout.splitlines() if "scheduler.max_num_batched_tokens" in line)
+    assert "3072" in row and "****" not in row
+    env = run_cli("env", "-p", str(profile), "--shell", "bash", env=clean_env)
+    assert "VLLM_DCP_A2A_MAX_TOKENS" in env.stdout and "MY_API_KEY" not in env.stdout
+    assert "holds a secret value" not in env.stderr
+
+
+def test_imported_boot_profile_is_not_masked_by_its_token_threshold(
+    clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    log = Path(__file__).parent / "fixtures" / "boot-logs" / "vllm-current210-cap1024-mtp3-v3-server.log"
+    out = tmp_path / "boot.yaml"
+    assert run_cli("profiles", "import", str(log), "-o", str(out), env=clean_env).returncode == 0
+    plan = run_cli("plan", "-p", str(out), "--json", env=clean_env)
+    assert "****" not in plan.stdout
+    env = run_cli("env", "-p", str(out), "--shell", "bash", env=clean_env)
+    assert "VLLM_EXL3_PREFILL_CAPACITY" in env.stdout and "not printed" not in env.stderr

@@ -165,7 +165,7 @@ def parse_override(item: str, *, flag: str = "--set") -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key:
         raise ConfigError(
-            "an override must look like key=value",
+            "an override must look like dotted.name=value",
             key=flag,
             value=short(item),
             hint="e.g. --set scheduler.max_num_seqs=4 or --set comm.dma_min_bytes=off",

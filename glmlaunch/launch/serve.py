@@ -580,8 +580,8 @@ def dry_run_text(plan: ServePlan) -> str:
     if plan.blocking:
         first = plan.blocking[0]
         code = int(first.error.exit_code)
-        stop = f"# a launch would stop at the {first.stage} stage, exit {code}"
-        lines.append(f"{stop}: {first.error.one_line()}")
+        # the reason is the stage's line above (and the error line on stderr): not said a third time
+        lines.append(f"# a launch would stop at the {first.stage} stage, exit {code}")
     lines.append("# command")
     lines.append(plan.spec.command_line())
     return "\n".join(lines)

@@ -265,11 +265,16 @@ def render_plan(
     result: PlanResult, *, as_json: bool, explain: str | None = None, svg: Path | None = None
 ) -> None:
     ledger, budget = result.ledger, result.budget
-    title = f"glmlaunch plan -p {config_label(result.resolved)}"
+    label = config_label(result.resolved)
+    title = f"glmlaunch plan -p {label}"
     if result.gpu_memory is not None:
         title += f" --gpu-memory {result.gpu_memory}"
     if result.config.description:
-        title += f": {result.config.description}"
+        # The description is the profile's: with overrides it no longer describes what is planned
+        # ("GMU 0.957" next to gpu_memory_utilization=0.93), so it is attributed to the profile.
+        changed = label != result.resolved.profile_name or result.gpu_memory is not None
+        desc = result.config.description
+        title += f" (profile {result.resolved.profile_name}: {desc})" if changed else f": {desc}"
     if svg is not None:
         memmap.write_svg(svg, ledger.ranks, budget, title=title, verdict=svg_verdict(result))
         note(f"memory map written to {svg}")

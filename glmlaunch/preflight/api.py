@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -162,6 +163,15 @@ def run_preflight(
     build_ledger: Callable[[DeploymentConfig], Ledger] | None = None,
     calibration: object | None = None,
 ) -> PreflightRun:
+    if importlib.util.find_spec("torch") is None:
+        # Said before any worker starts: otherwise every rank dies in its imports and the report calls a
+        # missing dependency a worker failure.
+        raise ConfigError(
+            "the preflight workers need torch, which this Python cannot import",
+            key="torch",
+            value=sys.executable,
+            hint="install it: pip install 'glmlaunch[gpu]', or run glmlaunch from vLLM's environment",
+        )
     world = config.parallel.tp
     env = managed_env(config)
     child_environ = {**os.environ, **env}

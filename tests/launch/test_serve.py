@@ -205,8 +205,9 @@ def test_missing_or_unusable_binary_exit_6(fake: Fake, tmp_path: Path) -> None:
     # A dry run still shows the command, and says what a real launch would do: stop with exit 6.
     rc, _, out, err = start(*common, "--dry-run", env=no_vllm)
     assert rc == 6, err
-    assert "# a launch would stop at the resolve stage, exit 6: " in out
+    assert "# a launch would stop at the resolve stage, exit 6\n" in out
     assert "no executable 'vllm' on PATH" in err
+    assert out.count("no executable 'vllm' on PATH") == 1  # the stage's line says it; the summary does not
     assert out.strip().splitlines()[-1].startswith("vllm serve ")
     assert not record.exists()
 
@@ -620,7 +621,7 @@ def test_dry_run_tells_what_the_real_run_would_do(
     assert (min(stopped, key=list(stopped).index) if stopped else None) == stage
     rc_text, _, text, _ = start(*args, "--dry-run", env=env)
     assert rc_text == code
-    assert (f"# a launch would stop at the {stage} stage, exit {code}: " in text) is (stage is not None)
+    assert (f"# a launch would stop at the {stage} stage, exit {code}\n" in text) is (stage is not None)
     assert not record.exists(), "a dry run starts nothing"
     # the real run does what the dry run said
     rc_real, _, _, err_real = start(*args, env=env)

@@ -20,7 +20,7 @@ def test_plan_header_names_set_and_environment_overrides(clean_env: dict[str, st
     # lowest layer first: the GLMLAUNCH_<SECTION>__<FIELD> variable, then GLMLAUNCH_SET, then --set
     assert _first_line(out.stdout).startswith(
         "glmlaunch plan -p turnkey + GLMLAUNCH_SCHEDULER__MAX_NUM_SEQS=4 memory.min_margin=2GiB "
-        "memory.gpu_memory_utilization=0.93: production turnkey"
+        "memory.gpu_memory_utilization=0.93 (profile turnkey: production turnkey"
     )
 
 
@@ -34,7 +34,7 @@ def test_an_override_replaced_by_a_later_layer_is_not_named(clean_env: dict[str,
     out = run_cli("plan", "-p", "turnkey", "--set", "memory.gpu_memory_utilization=0.93", env=env)
     head = _first_line(out.stdout)
     assert "GLMLAUNCH_MEMORY__GPU_MEMORY_UTILIZATION" not in head  # --set won: the variable has no effect
-    assert "turnkey + memory.gpu_memory_utilization=0.93:" in head
+    assert "turnkey + memory.gpu_memory_utilization=0.93 (profile turnkey:" in head
 
 
 def test_secret_overrides_are_masked_in_the_header(clean_env: dict[str, str]) -> None:
@@ -59,5 +59,7 @@ def test_plan_header_and_svg_name_the_gpu_memory_override(clean_env: dict[str, s
     svg = tmp_path / "map.svg"
     out = run_cli("plan", "-p", "gate", "--gpu-memory", "96GiB", "--svg", str(svg), env=clean_env)
     assert out.returncode in (0, 4), out.stderr
-    assert _first_line(out.stdout).startswith("glmlaunch plan -p gate --gpu-memory 96GiB: release gate")
+    assert _first_line(out.stdout).startswith(
+        "glmlaunch plan -p gate --gpu-memory 96GiB (profile gate: release gate"
+    )
     assert "glmlaunch plan -p gate --gpu-memory 96GiB" in svg.read_text()

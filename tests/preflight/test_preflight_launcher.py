@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -221,3 +222,18 @@ def test_a_failed_preflight_keeps_its_directory_and_says_where_once(
     assert doc["workdir"] == str(kept)
     schema = json.loads((REPO / "docs" / "schemas" / "preflight.schema.json").read_text())
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_a_missing_torch_is_said_before_any_worker_starts(clean_env: dict[str, str]) -> None:
+    # `pip install glmlaunch` without the gpu extra: one error naming torch and the extra, no workers
+    code = (
+        "import sys; sys.modules['torch'] = None; "
+        "sys.argv = ['glmlaunch', 'preflight', '-p', 'gate', '--device', 'cpu']; "
+        "from glmlaunch.cli import main; main()"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=clean_env, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("error: ") == 1 and "glmlaunch[gpu]" in res.stderr
+    assert "rank" not in res.stderr and "Traceback" not in res.stderr
