@@ -34,8 +34,13 @@ from glmlaunch.hardware.inventory import (
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "inventories"
 BASE_NAME = "rtxpro6000x4.json"
 
-# Usable memory as cudaMemGetInfo reports it on this card: 95.01 GiB in the vLLM boot logs
-# (docs/memory-model.md §6); CUDA totals are whole MiB.
+# Usable memory as cudaMemGetInfo reports it on this card (vLLM's T), a whole MiB as CUDA totals are. The
+# real rig's boot logs print it as 95.01 GiB, and each "Free memory on device (F0/T GiB)" line's two
+# --kv-cache-memory-bytes figures differ by F0 - ceil(GMU*T), which bounds T to 97,285.1-97,290.6 MiB
+# (tests/fixtures/boot-logs/vllm-current210-cap1024-mtp0-v1-server.log:977 sets the upper end;
+# tests/ledger/test_device_total.py checks it). No log pins the byte, so this value is chosen within the
+# bound, and profiles/r12-exl3.yaml states the same bytes (hardware.memory_per_gpu: 97290MiB) so that
+# plan and check agree on this rig.
 USABLE = 97_290 * MIB
 # NVML's total as nvidia-smi prints it for the 96 GB card (97,887 MiB); the driver reserve is the rest.
 # On the captured H200s NVML total - reserved equals cudaMemGetInfo's total to the byte.
@@ -45,8 +50,9 @@ P2P_PCIE = P2PCaps(read="ok", write="ok", atomics="ok", nvlink="not_supported", 
 
 NOTES = (
     "constructed from public facts, not captured: name, sm120, 188 SMs (24,064 CUDA cores), 96 GB GDDR7, "
-    "PCIe Gen5 x16 (NVIDIA product specifications); usable memory 95.01 GiB (vLLM boot logs, "
-    "memory-model.md s6); NVML total 97,887 MiB (nvidia-smi's figure for this card, reserve = difference). "
+    "PCIe Gen5 x16 (NVIDIA product specifications); usable memory 97,290 MiB (the vLLM boot logs' "
+    "95.01 GiB bounds it to 97,286-97,290 whole MiB; profiles/r12-exl3.yaml states the same T); NVML total "
+    "97,887 MiB (nvidia-smi's figure for this card, reserve = difference). "
     "Assumed: driver 590.48.01 / CUDA 13.2 (the turnkey's minimum), one CPU socket with all four GPUs under "
     "separate root ports (NODE), P2P over PCIe allowed, BAR1 128 GiB (large BAR on), idle-free GPUs, "
     "UUIDs and PCI addresses made up."

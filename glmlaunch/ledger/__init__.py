@@ -39,8 +39,16 @@ from glmlaunch.ledger import (
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.context import Context, Draft, LibraryLayouts, fmt_int
 from glmlaunch.ledger.footprint import PAGE, SMALL_SEGMENT, Packer, align, transient_peak
-from glmlaunch.ledger.model import Entry, Ledger, RankLedger
-from glmlaunch.ledger.terms import cached_terms, gate_bytes
+from glmlaunch.ledger.model import Entry, Ledger, Origin, RankLedger, Terms
+from glmlaunch.ledger.terms import (
+    TERM_SYMBOLS,
+    budget_terms,
+    cached_terms,
+    gate_bytes,
+    kv_bytes,
+    modelled_terms,
+    term_of,
+)
 
 __all__ = ["LIBRARY_CHOICES", "Entry", "Ledger", "RankLedger", "build_ledger", "clear_caches"]
 
@@ -99,27 +107,65 @@ def _entry(d: Draft, device: int) -> Entry:
     )
 
 
+def _term_sources(itemized: Terms, whole: Terms, modelled: dict[str, int], who: str) -> str:
+    """Where W, P, N and G_e come from, with the entries' sum of each modelled term that differs."""
+    names = ("w", "p", "n", "g_e")
+    model = [n for n in names if n in modelled]
+    summed = [n for n in names if n not in modelled]
+    parts = []
+    if model:
+        differ = [
+            f"{TERM_SYMBOLS[n]} {fmt_int(getattr(itemized, n))}"
+            for n in model
+            if getattr(itemized, n) != getattr(whole, n)
+        ]
+        text = f"{', '.join(TERM_SYMBOLS[n] for n in model)}: whole terms of {who}"
+        if differ:
+            text += f", not the sums of their entries ({', '.join(differ)})"
+        parts.append(text)
+    if summed:
+        parts.append(f"{', '.join(TERM_SYMBOLS[n] for n in summed)}: sums of their entries")
+    return "; ".join(parts)
+
+
 def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) -> Entry:
     geo = kv_cache.geometry(config)
     cal = ctx.calibrated("kv_bytes_per_token")
     per_token = cal if cal is not None else geo.bytes_per_token
     pinned = config.memory.kv_cache_memory_bytes
     total = config.hardware.memory_per_gpu
+    # The budget (budget.py) sizes vLLM's KV cache with these same two calls over these same terms, so
+    # the entry, --explain kv_cache, diff and the budget line cannot show two figures.
+    itemized = cached_terms(sized)
+    whole = budget_terms(itemized, ctx.calibration)
+    modelled = modelled_terms(ctx.calibration)
+    kv = kv_bytes(gate_bytes(config.memory.gpu_memory_utilization, total), whole, pinned)
     if pinned is not None:
-        kv = pinned
         formula = f"--kv-cache-memory-bytes = {fmt_int(kv)}"
-        origin = "exact"
+        origin: Origin = "exact"
     else:
-        t = cached_terms(sized)
         r = gate_bytes(config.memory.gpu_memory_utilization, total)
-        kv = max(0, r - t.w - t.p - t.n - t.g_e)
+        rid = getattr(ctx.calibration, "record_id", None)
+        who = {
+            "rig-defaults": "the term model (rig defaults)",
+            "term-model": "the term model fitted on the calibration records",
+        }.get(str(rid), f"calibration {rid}")
         formula = (
-            f"R - W - P - N - G_e = {fmt_int(r)} - {fmt_int(t.w)} - {fmt_int(t.p)} - {fmt_int(t.n)} - "
-            f"{fmt_int(t.g_e)} = {fmt_int(kv)}  "
-            f"[R = ceil({config.memory.gpu_memory_utilization} * {fmt_int(total)})]"
+            f"R - W - P - N - G_e = {fmt_int(r)} - {fmt_int(whole.w)} - {fmt_int(whole.p)} - "
+            f"{fmt_int(whole.n)} - {fmt_int(whole.g_e)} = {fmt_int(kv)}  "
+            f"[R = ceil({config.memory.gpu_memory_utilization} * {fmt_int(total)}); "
+            f"{_term_sources(itemized, whole, modelled, who)}]"
         )
-        origin = "estimate" if any(e.origin in ("default", "estimate") for e in sized) else "exact"
-    tokens = kv // per_token if per_token else 0
+        # A modelled whole term replaces its entries, so only the entries still summed (and the weights
+        # entry, which carries how W was carried over) decide whether the figure is an estimate.
+        summed = {"w", "p", "n", "g_e"} - (modelled.keys() - {"w"})
+        deciding = [e for e in sized if term_of(e) in summed]
+        if any(e.origin in ("default", "estimate") for e in deciding):
+            origin = "estimate"
+        else:
+            origin = "calibrated" if modelled else "exact"
+    dcp = config.parallel.dcp
+    tokens = kv_cache.tokens_for(kv, per_token, dcp)
     need = kv_cache.request_bytes(config, per_token)
     return Entry(
         name="kv_cache",
@@ -129,15 +175,15 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) 
         device_bytes=kv,
         kind="torch",
         lifetime="budget-term",
-        condition=f"KV dtype {config.memory.kv_cache_dtype}, DCP {config.parallel.dcp}",
+        condition=f"KV dtype {config.memory.kv_cache_dtype}, DCP {dcp}",
         reader="attention (sparse MLA) and the indexer",
         formula=formula,
-        origin=origin,  # type: ignore[arg-type]
+        origin=origin,
         note=(
             f"{fmt_int(per_token)} B/token/rank ({'calibrated' if cal is not None else geo.formula}); "
-            f"holds {fmt_int(tokens)} tokens per rank = {fmt_int(tokens * config.parallel.dcp)} with DCP "
-            f"{config.parallel.dcp}; one {fmt_int(config.scheduler.max_model_len)}-token request needs "
-            f"{fmt_int(need)} B per rank"
+            f"holds {fmt_int(tokens // dcp)} tokens per rank (whole {kv_cache.KV_BLOCK}-token blocks) = "
+            f"{fmt_int(tokens)} with DCP {dcp}; one {fmt_int(config.scheduler.max_model_len)}-token request "
+            f"needs {fmt_int(need)} B per rank"
         ),
     )
 
@@ -256,6 +302,8 @@ def _kv_cached(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...])
         config.mtp,
         config.model.geometry,
         ctx.calibrated("kv_bytes_per_token"),
+        tuple(sorted(modelled_terms(ctx.calibration).items())),
+        getattr(ctx.calibration, "record_id", None),
     )
     hit = _KV.get(key)
     if hit is not None and hit[0] is sized:
@@ -286,7 +334,8 @@ def build_ledger(
     sized, latent, notes = built
     kv = _kv_cached(config, ctx, sized)
     gpus = tuple(config.gpu_list)
-    ledger_key = (full_key, id(kv), gpus, config.parallel.tp, source)
+    modelled = tuple(sorted(modelled_terms(calibration).items()))
+    ledger_key = (full_key, id(kv), gpus, config.parallel.tp, source, modelled)
     hit = _LEDGERS.get(ledger_key)
     if hit is not None and hit[0] is kv:
         return hit[1]
@@ -302,7 +351,7 @@ def build_ledger(
         ranks=ranks,
         latent=latent,
         notes=notes,
-        base_terms=cached_terms(sized),
+        base_terms=budget_terms(cached_terms(sized), calibration),
     )
     if len(_LEDGERS) >= _MEMO_LIMIT:
         _LEDGERS.clear()

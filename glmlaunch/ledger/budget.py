@@ -8,20 +8,22 @@ margin = F0 - (W + P + N + G_e + KV) - X
 ```
 
 U_pre, P, N, G_e and X are sums of the ledger's entries by lifetime (P: profiled torch/workspace,
-N: profiled ipc/driver). The verdict compares the margin with ``memory.min_margin``; a max_model_len
-request must fit the KV budget at the configured KV dtype with DCP sharding; the recommended
-``--kv-cache-memory-bytes`` is the KV size that leaves exactly the minimum margin (floored to 1 MiB).
+N: profiled ipc/driver), except where a calibration's term model predicts a whole term: then that term
+is used as predicted (:func:`glmlaunch.ledger.terms.budget_terms`). The ledger's ``kv_cache`` entry is
+sized by the same functions, so the two agree whenever the budget's T is the profile's. The verdict
+compares the margin with ``memory.min_margin``; a max_model_len request must fit the KV budget at the
+configured KV dtype with DCP sharding; the recommended ``--kv-cache-memory-bytes`` is the KV size that
+leaves exactly the minimum margin (floored to 1 MiB).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal, NamedTuple
 
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger import kv_cache
 from glmlaunch.ledger.model import Ledger, Origin, Terms
-from glmlaunch.ledger.terms import gate_bytes, terms
+from glmlaunch.ledger.terms import budget_terms, gate_bytes, kv_bytes, modelled_terms, terms
 
 MIB = 1024 * 1024
 
@@ -98,7 +100,7 @@ def compute_budget(
         total,
         used_by_others,
         _calibrated_per_token(calibration),
-        tuple(sorted(_term_overrides(calibration).items())),
+        tuple(sorted(modelled_terms(calibration).items())),
         m.gpu_memory_utilization,
         m.kv_cache_memory_bytes,
         m.min_margin,
@@ -121,15 +123,15 @@ def compute_budget(
 def _compute(
     config: DeploymentConfig, ledger: Ledger, total: int, used_by_others: int, calibration: object | None
 ) -> Budget:
-    t: Terms = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
-    over = _term_overrides(calibration)
-    if over:
-        t = replace(t, **over)
+    # The ledger's terms already carry its calibration's whole terms; applying the same function again
+    # is a no-op for that calibration and still honours one given only here (a hand-built ledger).
+    base = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
+    t: Terms = budget_terms(base, calibration)
     f0 = total - used_by_others - t.u_pre
     gate = gate_bytes(config.memory.gpu_memory_utilization, total)
     pinned = config.memory.kv_cache_memory_bytes
     budgeted_rest = t.w + t.p + t.n + t.g_e
-    kv = pinned if pinned is not None else max(0, gate - budgeted_rest)
+    kv = kv_bytes(gate, t, pinned)
     margin = f0 - budgeted_rest - kv - t.x
 
     geo = kv_cache.geometry(config)
@@ -215,17 +217,6 @@ def _compute(
         request_fit_confirmed=confirmed,
         cautions=tuple(cautions),
     )
-
-
-_TERM_FIELDS = {"u_pre": "u_pre", "w": "w", "p": "p", "n": "n", "g_e": "g_e"}
-
-
-def _term_overrides(calibration: object | None) -> dict[str, int]:
-    """Whole terms a term model predicted (``LedgerCalibration.term_bytes``); empty without one."""
-    items = getattr(calibration, "term_bytes", None) if calibration is not None else None
-    if not items:
-        return {}
-    return {_TERM_FIELDS[k]: int(v) for k, v in items if k in _TERM_FIELDS}
 
 
 def _calibrated_per_token(calibration: object | None) -> int | None:

@@ -88,7 +88,9 @@ class Ledger:
     #: hazards a code path could allocate but this configuration does not reach (not budgeted)
     latent: tuple[Entry, ...] = ()
     notes: tuple[str, ...] = field(default=())
-    #: budget terms of rank 0 without the KV entry (memoized with the entries); None when built by hand
+    #: the budget terms of rank 0 without the KV entry, as the KV entry was sized with them: the entries'
+    #: sums, with the calibration's modelled whole terms in their place (terms.budget_terms); None when
+    #: built by hand
     base_terms: Terms | None = None
 
     @property

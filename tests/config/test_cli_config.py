@@ -132,8 +132,8 @@ def test_config_table_shows_sizes_as_written(clean_env: dict[str, str]) -> None:
     def row(key: str) -> str:
         return next(x for x in res.stdout.splitlines() if f" {key} " in x)
 
-    assert "95.01 GiB" in row("hardware.memory_per_gpu")  # the profile wrote 95.01GiB
-    assert "102016210698" not in res.stdout
+    assert "97290 MiB" in row("hardware.memory_per_gpu")  # the profile wrote 97290MiB
+    assert "102015959040" not in res.stdout
     assert "6 MiB" in row("comm.dma_min_bytes") and "84 KiB" in row("comm.oneshot_fused_max_size")
     assert "64 KiB" in row("comm.oneshot_allreduce_max_size") and "1.5 GiB" in row("memory.min_margin")
     # two decimals that would read as another size keep the exact count next to them
@@ -142,5 +142,5 @@ def test_config_table_shows_sizes_as_written(clean_env: dict[str, str]) -> None:
     assert row("scheduler.max_num_batched_tokens").split("│")[2].strip() == "3072"
     # JSON keeps exact integers
     doc = json.loads(run_cli("config", "-p", "r12-exl3", "--json", env=clean_env).stdout)
-    assert doc["config"]["hardware"]["memory_per_gpu"] == 102016210698
+    assert doc["config"]["hardware"]["memory_per_gpu"] == 97290 * 1024**2
     assert doc["config"]["comm"]["dma_min_bytes"] == 6 * 1024**2

@@ -79,7 +79,7 @@ def test_config_json_matches_its_schema(profile: str, clean_env: dict[str, str])
     inner["config"]["comm"]["surprise"] = 1
     assert _errors(schema, inner)
     # sizes are exact integers in JSON (the table shows them in units)
-    assert doc["config"]["hardware"]["memory_per_gpu"] == 102016210698
+    assert doc["config"]["hardware"]["memory_per_gpu"] == 97290 * 1024**2
 
 
 def test_args_json_is_an_object_with_the_argv(clean_env: dict[str, str]) -> None:
