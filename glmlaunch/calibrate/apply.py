@@ -18,6 +18,7 @@ size and NCCL carries the rest, and the notes say so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,10 @@ class CalibrationUse:
     message: str
     record: Calibration | None
     warnings: tuple[str, ...]
+    #: the message without the skipped records it names; with ``skipped``, for commands that list them all
+    headline: str = ""
+    #: every record that does not apply, with the reason ("<id>: another rig shape (…)")
+    skipped: tuple[str, ...] = ()
 
 
 def calibration_for(
@@ -143,29 +148,38 @@ def calibration_for(
     st = store or _Store.default()
     loaded = st.load()
     learned = learn(config, loaded.records)
+    skipped = tuple(learned.skipped)
     if learned.model is None:
         if not loaded.records:
-            message = f"no calibration records in {st.root}; using defaults"
+            headline = message = f"no calibration records in {st.root}; using defaults"
         else:
-            message = f"no calibration record applies ({describe_group(config)}); using defaults"
+            headline = message = f"no calibration record applies ({describe_group(config)}); using defaults"
             if learned.skipped:
                 message += ". " + learned.skipped[0]
-        return CalibrationUse(None, message, None, loaded.warnings)
+        return CalibrationUse(None, message, None, loaded.warnings, headline, skipped)
     from glmlaunch.calibrate.learn import target_version
 
     cal = model_calibration(config, learned.model, version=target_version(config))
     if learned.used:
-        message = f"using the term model fitted on {len(learned.used)} record(s) ({', '.join(learned.used)})"
+        headline = f"using the term model fitted on {len(learned.used)} record(s) ({', '.join(learned.used)})"
         if learned.model.fits["p"].prior_source != "zero":
-            message += " over the rig defaults"
+            headline += " over the rig defaults"
+        message = headline
+        if learned.skipped:
+            message += f"; skipped {len(learned.skipped)}: " + "; ".join(learned.skipped[:2])
     else:
-        message = f"using the rig defaults ({learned.model.description}); no record applies"
+        headline = message = f"using the rig defaults ({learned.model.description}); no record applies"
         if learned.skipped:
             more = f" (and {len(learned.skipped) - 1} more)" if len(learned.skipped) > 1 else ""
             message += f": {learned.skipped[0]}{more}"
-    if learned.skipped and learned.used:
-        message += f"; skipped {len(learned.skipped)}: " + "; ".join(learned.skipped[:2])
     record = next(
         (r for r in loaded.records if learned.used and r.record_id[:12] == learned.used[0][:12]), None
     )
-    return CalibrationUse(cal, message, record, loaded.warnings)
+    return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped)
+
+
+def say_calibration(use: CalibrationUse, *, say: Callable[[str], object]) -> None:
+    """The calibration in use, then every record that does not apply, each named once (show, search)."""
+    say(use.headline or use.message)
+    for skipped in use.skipped:
+        say(f"  skipped {skipped}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from glmlaunch.calibrate.ingest import ingest_logs, inventory_for_ingest
 from glmlaunch.calibrate.records import Calibration
-from glmlaunch.calibrate.render import boot_summary, list_table, record_document, terms_table
+from glmlaunch.calibrate.render import list_table, record_document, record_report, terms_table
 from glmlaunch.calibrate.search import SearchResult, changes
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config.schema import DeploymentConfig
@@ -42,7 +42,6 @@ def run_ingest(
     # A profile is only compared with what the log booted; without one the log speaks for itself.
     resolved = resolve(profile, overrides) if (profile is not None or overrides) else None
     inventory, why = inventory_for_ingest(inventory_file, probe=probe)
-    note(why)
     store = None if dry_run else Store.default()
     results = ingest_logs(
         list(logs),
@@ -51,18 +50,16 @@ def run_ingest(
         inventory=inventory,
         store=store,
     )
+    # Said once something was ingested: a log that cannot be read is an error, and the error stands alone.
+    note(why)
     docs = []
     for item in results:
         rec = item.record
-        for line in boot_summary(rec.boot):
+        for line in record_report(rec):
             note(f"{rec.boot.source}: {line}")
         if item.saved is not None:
             verb = "replaced" if item.saved.replaced else "saved"
             note(f"{verb} {item.saved.path}")
-        for n in rec.notes:
-            note(f"{rec.record_id}: {n}")
-        if not rec.usable:
-            note(f"{rec.record_id}: {rec.unusable_reason()}")
         residuals = _residuals(rec)
         docs.append(record_document(rec, residuals=residuals))
         if not as_json:
@@ -114,7 +111,7 @@ def run_show(
     store = Store.default()
     record: Calibration | None
     if record_id is None:
-        from glmlaunch.calibrate.apply import calibration_for
+        from glmlaunch.calibrate.apply import calibration_for, say_calibration
         from glmlaunch.calibrate.learn import learn, target_version
         from glmlaunch.calibrate.render import model_document, model_table
 
@@ -123,10 +120,8 @@ def run_show(
         for w in loaded.warnings:
             warn(w)
         use = calibration_for(resolved.config, store=store)
-        note(use.message)
+        say_calibration(use, say=note)
         learned = learn(resolved.config, loaded.records)
-        for skipped in learned.skipped:
-            note(f"  skipped {skipped}")
         if learned.model is None:
             if as_json:
                 out_json(_show_document(None, None, use.message))
@@ -144,9 +139,7 @@ def run_show(
     if as_json:
         out_json(_show_document(record_document(record, residuals=residuals), None, None))
     else:
-        for line in boot_summary(record.boot):
-            note(line)
-        for line in record.notes:
+        for line in record_report(record):
             note(line)
         out_console.print(terms_table(record))
         _print_residuals(residuals)
@@ -198,20 +191,22 @@ def run_search(
             note(
                 f"device total {format_size(total)}, {format_size(used)} held by others (from the inventory)"
             )
-    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.calibrate.apply import calibration_for, say_calibration
     from glmlaunch.calibrate.learn import learn, target_version
 
-    loaded = Store.default().load()
+    store = Store.default()
+    loaded = store.load()
     for w in loaded.warnings:
         warn(w)
     learned = learn(config, loaded.records)
-    message = calibration_for(config, inventory).message
+    use = calibration_for(config, inventory, store=store)
+    message = use.message
     if learned.model is None:
-        warn(message + " (the search runs on the ledger's defaults)")
-    else:
-        note(message)
-        for skipped in learned.skipped:
+        warn(use.headline + " (the search runs on the ledger's defaults)")
+        for skipped in use.skipped:
             note(f"  skipped {skipped}")
+    else:
+        say_calibration(use, say=note)
         if used:
             note(
                 "the boot's T - F0 already holds what other processes used then; the memory they hold now "
@@ -265,22 +260,10 @@ def run_search(
     return result
 
 
-#: What to change for each blocker id (glmlaunch.ledger.verdict), when no value of the knob fits.
-_NO_FIT_HINTS: dict[str, str] = {
-    "margin": "lower the required margin (--min-margin, memory.min_margin) or free memory on the GPUs",
-    "oom-risk": "free memory on the GPUs or lower the pools (glmlaunch audit lists what is recoverable)",
-    "request-fit": "lower scheduler.max_model_len",
-    "start-gate": "free memory on the GPUs (glmlaunch hw shows who holds it)",
-    "no-kv": "lower scheduler.max_num_batched_tokens or the pools: nothing is left for the KV cache",
-}
-
-
 def _no_fit_hint(result: SearchResult) -> str:
-    ids = list(dict.fromkeys(i for i, _ in result.closest.blockers))
-    hints = [_NO_FIT_HINTS[i] for i in ids if i in _NO_FIT_HINTS]
-    if any(i == "request-fit" for i in ids) and "unconfirmed" in " ".join(result.closest.reasons):
-        hints.append("or confirm the estimates with a boot log (glmlaunch calibrate ingest LOG)")
-    return "; ".join(hints) or "lower memory.min_margin or max_model_len, or free memory on the GPUs"
+    from glmlaunch.calibrate.search import no_fit_hints
+
+    return "; ".join(no_fit_hints(result))
 
 
 def _size_option(name: str, value: str | None) -> int | None:

@@ -28,6 +28,10 @@ SCHEMA_VERSION: Final = 1
 # Half of the last printed digit of a "%.2f GiB" figure.
 LOG_GIB_RESOLUTION = int(0.005 * GIB)
 
+#: The note older records carry for an incomplete log: ``BootLog.complete`` says it, and the reports name
+#: what the log lacks instead, so this note is no longer written and not repeated where it is stored.
+TRUNCATED_NOTE: Final = "the log ends before every expected line was written"
+
 # The terms a record needs before it may stand in for the ledger's defaults.
 REQUIRED_TERMS: tuple[str, ...] = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes")
 
@@ -68,8 +72,12 @@ class Calibration(BaseModel):
             return "the log has no worker rank lines"
         if self.boot.refused:
             return "vLLM refused to start in this boot: " + _refusal_summary(self.boot)
-        gaps = sorted({n for t in self.ranks for n in REQUIRED_TERMS if getattr(t, n) is None})
-        return "missing " + ", ".join(gaps) + (" (log truncated?)" if not self.boot.complete else "")
+        cut = "" if self.boot.complete else " (log truncated?)"
+        return "missing " + ", ".join(self.missing_terms()) + cut
+
+    def missing_terms(self) -> list[str]:
+        """The required terms some rank lacks."""
+        return sorted({n for t in self.ranks for n in REQUIRED_TERMS if getattr(t, n) is None})
 
     def worst(self) -> CalibratedTerms:
         return CalibratedTerms.worst(self.ranks, source=f"calibration {self.record_id} (worst rank)")
@@ -176,8 +184,6 @@ def build_calibration(
     if boot.repeated_ranks:
         repeated = ", ".join(boot.repeated_ranks)
         notes.append(f"the log holds more than one boot for {repeated}; the last one wins")
-    if not boot.complete:
-        notes.append("the log ends before every expected line was written")
     exact = bool(derived) and all(e for _, e in derived)
     if derived and not exact:
         notes.append("T - F0 from two-decimal GiB figures (±10 MiB); no exact total agreed with the log")

@@ -6,12 +6,11 @@ from typing import Any
 
 from rich.table import Table
 
-from glmlaunch.calibrate.logs import BootLog
 from glmlaunch.calibrate.model import FEATURE_DOC, TERM_DOC, TermModel
-from glmlaunch.calibrate.records import Calibration
+from glmlaunch.calibrate.records import TRUNCATED_NOTE, Calibration
 from glmlaunch.calibrate.search import Evaluation, SearchResult, changes
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.units import format_size
+from glmlaunch.config.units import GIB, format_size
 
 
 def _sz(n: int | None) -> str:
@@ -43,35 +42,62 @@ def terms_table(record: Calibration) -> Table:
     return table
 
 
-def boot_summary(boot: BootLog) -> list[str]:
-    """Engine-level lines and refusals, one fact per line (for stderr)."""
+def _gib(n: int | None) -> str:
+    """A figure vLLM printed as ``%.2f GiB``, in its own unit (not a finer one it never gave)."""
+    return "?" if n is None else f"{n / GIB:.2f} GiB"
+
+
+def record_report(record: Calibration) -> list[str]:
+    """What ``ingest`` and ``show`` say of one record on stderr: each fact once, one line each.
+
+    A refusal is said in vLLM's figures with what the record still serves for; a truncated log in one line
+    with the terms it lacks. The record's notes follow, less the ones these lines already say.
+    """
+    boot = record.boot
     lines: list[str] = []
     eng = boot.engine
     if eng.kv_cache_tokens is not None:
         lines.append(f"GPU KV cache size: {eng.kv_cache_tokens:,} tokens")
     if eng.vllm_version:
         lines.append(f"vLLM {eng.vllm_version}")
-    refusals = [*eng.refusals, *boot.unattributed_refusals, *(x for r in boot.ranks for x in r.refusals)]
-    for ref in refusals:
+    refusals: list[str] = []
+    for ref in [*eng.refusals, *boot.unattributed_refusals, *(x for r in boot.ranks for x in r.refusals)]:
         if ref.kind == "kv-too-small":
-            lines.append(
-                f"REFUSED: one {ref.max_model_len or '?'}-token request needs {_sz(ref.kv_needed_bytes)} "
-                f"of KV, {_sz(ref.kv_available_bytes)} available; "
+            refusals.append(
+                f"REFUSED: one {ref.max_model_len or '?'}-token request needs {_gib(ref.kv_needed_bytes)} "
+                f"of KV, {_gib(ref.kv_available_bytes)} available; "
                 f"estimated max model length {ref.estimated_max_model_len}"
             )
         elif ref.kind == "start-gate":
-            lines.append(
-                f"REFUSED at the start gate: free {_sz(ref.free_bytes)} < "
-                f"GMU {ref.gpu_memory_utilization} x T = {_sz(ref.requested_bytes)}"
+            refusals.append(
+                f"REFUSED at the start gate: free {_gib(ref.free_bytes)} < "
+                f"GMU {ref.gpu_memory_utilization} x T = {_gib(ref.requested_bytes)}"
             )
         else:
-            lines.append(f"REFUSED: {ref.message[:200]}")
-    if boot.ends_mid_line:
-        lines.append("the log ends in the middle of a line (truncated)")
-    if not boot.complete:
-        lines.append("the boot did not reach the KV-cache size line: some per-rank lines are missing")
-    if boot.repeated_ranks:
-        lines.append("more than one boot in this file; the last one's values are used")
+            refusals.append(f"REFUSED: {ref.message[:200]}")
+    refusals = list(dict.fromkeys(refusals))  # every rank may write the same refusal
+    if boot.refused and refusals:
+        refusals[-1] += (
+            "; not usable on its own, but its W, G_e and P + N still calibrate the term model"
+            if record.ranks
+            else "; the log has no worker rank lines"
+        )
+    lines += refusals
+    cut = "the log ends in the middle of a line" if boot.ends_mid_line else ""
+    if not boot.complete and not boot.refused:
+        cut = "the boot did not reach the KV-cache size line" + (f" ({cut})" if cut else "")
+    if not record.usable and not boot.refused:
+        if cut and record.ranks:
+            lines.append(
+                f"truncated: {cut}, so it lacks {', '.join(record.missing_terms())}; not usable on its own, "
+                "but the terms it has still calibrate the term model"
+            )
+        else:
+            lines.append(f"not usable on its own: {record.unusable_reason()}")
+    elif cut:
+        lines.append(f"truncated: {cut}")
+    said = {TRUNCATED_NOTE}  # said above, with the terms it lacks
+    lines += [n for n in record.notes if n not in said]
     return lines
 
 
@@ -112,8 +138,17 @@ def record_document(record: Calibration, *, residuals: Any = None) -> dict[str, 
 
 def list_table(records: list[Calibration]) -> Table:
     table = Table(title="calibration records (newest first)", expand=False)
+    # Ids and dates are what a reader copies and sorts by: never cut. The long texts (why a record is not
+    # usable, the log's path) wrap, and take what width is left.
     for col in ("id", "created", "profile", "usable", "ranks", "W", "log"):
-        table.add_column(col, no_wrap=col != "log")
+        wraps = col in ("usable", "log")
+        table.add_column(
+            col,
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            min_width=len(col) if not wraps else 12,
+            ratio=None if not wraps else (3 if col == "usable" else 2),
+        )
     for r in records:
         worst = r.worst() if r.ranks else None
         table.add_row(
@@ -158,20 +193,21 @@ def search_tables(result: SearchResult) -> list[Table]:
         if result.next_up is not None:
             up = knob.show(result.next_up.value)
             if lowest:
-                title = (
-                    f"proof: vLLM accepts {shown} (start gate and one request), not the next step down, {up}"
-                )
+                title = f"proof: the verdict is ok at {shown}, not at the next step down, {up}"
             else:
                 title = f"proof: {shown} fits, the next step up, {up}, does not"
         else:
             title = f"{shown} fits and is the end of the searched range: there is no step {side} to try"
         rows += [("best", best), (f"next step {side}", result.next_up)]
     proof = Table(title=title, expand=False)
-    for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", "why not"):
-        proof.add_column(col, no_wrap=col not in ("why not",))
+    findings_col = "blocked by; cautions"
+    for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", findings_col):
+        proof.add_column(col, no_wrap=col != findings_col)
     for label, ev in rows:
         if ev is None:
             continue
+        # "feasible" is the verdict's ok; a caution (an unconfirmed request fit) is shown, never decisive
+        findings = [*ev.reasons, *(f"caution: {c}" for c in ev.cautions)]
         proof.add_row(
             label,
             knob.show(ev.value),
@@ -179,7 +215,7 @@ def search_tables(result: SearchResult) -> list[Table]:
             format_size(ev.min_margin),
             format_size(ev.kv_bytes),
             format_size(ev.request_bytes),
-            "; ".join(ev.reasons) or "—",
+            "; ".join(findings) or "—",
         )
     if best is not None:
         proof.caption = f"confidence: {best.verdict.confidence_text()}"

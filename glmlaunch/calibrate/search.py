@@ -6,19 +6,20 @@ One knob per objective, on an integer grid:
 * ``max-kv-bytes``: a pinned ``memory.kv_cache_memory_bytes`` in whole MiB;
 * ``max-gmu``: ``memory.gpu_memory_utilization`` in thousandths.
 
-A value is *feasible* when, on every rank, the memory verdict (:mod:`glmlaunch.ledger.verdict`, the one
-``plan``, ``check`` and ``serve`` print) is ``ok`` at the required margin, and one ``max_model_len`` request
-fits the KV cache, also where that fit is only an estimate (the verdict then calls it a caution, but a
-search that ignored it would trade the whole KV cache for batched tokens). Each value's blockers are the
-verdict's, named as it names them. Each rank is budgeted
-with :func:`glmlaunch.ledger.budget.compute_budget` over a ledger built with that rank's calibrated terms
-(:mod:`glmlaunch.calibrate.apply`); vLLM gives every rank the smallest rank's KV size, so each rank's
-margin is taken at that common KV.
+A value is *feasible* exactly when the memory verdict (:mod:`glmlaunch.ledger.verdict`, the one ``plan``,
+``check`` and ``serve`` print) is ``ok``: the same ``judge`` of the same budget, so ``plan --set KNOB=VALUE``
+calls a value ok exactly when the search calls it feasible. A ``max_model_len`` request that may not fit
+where that fit rests on estimates (W or the KV bytes per token) is the verdict's caution, not a blocker:
+the search shows it as a caution on every value where it applies, and does not decide on it. Each
+configuration is budgeted with :func:`glmlaunch.ledger.budget.compute_budget` over a ledger built with
+the term model's prediction (:mod:`glmlaunch.calibrate.apply`), as ``plan`` builds it; the model predicts
+every rank alike, so one budget stands for all ranks.
 
 Feasibility is monotone in each knob above its lower end (more batched tokens, more pinned KV or a larger
 GMU only ever take memory), so the search is a bisection, and its answer carries its own proof: the best
 value is feasible and the next grid step up is not (or the best is the end of the range). The lower end is
-the smallest value where one request fits (GMU, pinned KV) or the smallest legal batch (tokens).
+the smallest value where the verdict's lower-end constraints hold (GMU, pinned KV: some memory is left for
+the KV cache and, where the verdict decides it, one request fits) or the smallest legal batch (tokens).
 
 Lossless only: the search changes nothing but its knob; the DMA wire mode stays what the profile says, and
 a compressed mode without the profile's explicit opt-in is refused before searching.
@@ -49,6 +50,7 @@ from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.terms import gate_bytes
 from glmlaunch.ledger.verdict import Verdict, judge
 
 Objective = Literal["max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "max-gmu", "min-gmu"]
@@ -95,11 +97,15 @@ class Knob:
         return f"{int(value):,}"
 
 
+#: The verdict's blockers that fail at the low end of a knob and clear as it grows (GMU, pinned KV).
+FLOOR_BLOCKERS: frozenset[str] = frozenset({"no-kv", "request-fit"})
+
+
 @dataclass(frozen=True)
 class RankCheck:
     rank: str
     budget: Budget
-    margin: int  # at the KV size every rank gets (the smallest rank's)
+    margin: int
     verdict: Verdict
 
 
@@ -115,6 +121,8 @@ class Evaluation:
     #: (blocker id, message) of every constraint that fails, as the verdict names them
     blockers: tuple[tuple[str, str], ...]
     recommended_kv_cache_memory_bytes: int
+    #: the verdict's cautions here (one request's fit where it rests on estimates): shown, not decided on
+    cautions: tuple[str, ...] = ()
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -122,7 +130,13 @@ class Evaluation:
 
     @property
     def feasible(self) -> bool:
-        return not self.blockers
+        """Exactly the verdict's ``ok`` (on every rank): what ``plan`` says of the same configuration."""
+        return all(r.verdict.ok for r in self.ranks)
+
+    @property
+    def floor_ok(self) -> bool:
+        """No low-end constraint fails: KV memory is left and, where the verdict decides, one request fits."""
+        return not any(i in FLOOR_BLOCKERS for i, _ in self.blockers)
 
     @property
     def verdict(self) -> Verdict:
@@ -152,7 +166,8 @@ class SearchResult:
     steps: tuple[tuple[int | float, bool], ...]
     notes: tuple[str, ...] = field(default=())
     model: TermModel | None = None
-    #: what ``lower_bound`` is, in words: "lowest tried", "highest tried", "lowest where one request fits"
+    #: what ``lower_bound`` is, in words: "lowest tried", "highest tried", "lowest where one request fits",
+    #: "lowest that leaves KV memory"
     bound_label: str | None = None
     range_start: int | float | None = None
 
@@ -171,8 +186,9 @@ class SearchResult:
             return ""
         blockers = list(self.closest.blockers)
         if self.bound_label == "highest tried":
-            # one request fits nowhere in the range: that is what blocks, whatever else fails up there
-            blockers.sort(key=lambda b: b[0] != "request-fit")
+            # the low end fails everywhere in the range (no KV memory, or one request does not fit): that is
+            # what blocks, whatever else fails up there
+            blockers.sort(key=lambda b: b[0] not in FLOOR_BLOCKERS)
         first, *rest = [m for _, m in blockers] or ["nothing fits"]
         return "blocked by " + first + "".join(f"; and by {r}" for r in rest)
 
@@ -217,32 +233,37 @@ class Evaluator:
         if self.limits is not None:
             self.limits.before_evaluation()
         budgets = self._rank_budgets(config)
-        kv = min(b.kv for _, b, _ in budgets)
-        need = max(b.request_bytes for _, b, _ in budgets)
-        checks = tuple(
-            RankCheck(name, b, b.margin + (b.kv - kv), judge(config, b, cal)) for name, b, cal in budgets
-        )
+        checks = tuple(RankCheck(name, b, b.margin, judge(config, b, cal)) for name, b, cal in budgets)
         blockers: list[tuple[str, str]] = []
+        cautions: list[str] = []
         for c in checks:
             prefix = f"{c.rank}: " if len(checks) > 1 else ""
             for x in c.verdict.blockers:
-                # one request's fit is judged once, below, at the KV size every rank gets
-                if x.id != "request-fit" and (x.id, prefix + x.message) not in blockers:
+                if (x.id, prefix + x.message) not in blockers:
                     blockers.append((x.id, prefix + x.message))
-        if kv < need:
-            v = min(checks, key=lambda c: c.margin).verdict
-            unsure = v.sources_text(v.request_fit_terms()) if not v.budget.request_fit_confirmed else ""
-            blockers.append(
-                (
-                    "request-fit",
-                    f"the request fit{f' (unconfirmed: {unsure})' if unsure else ''}: one "
-                    f"{config.scheduler.max_model_len:,}-token request needs {format_size(need)} of KV per "
-                    f"rank, the KV cache is {format_size(kv)}",
+            b = c.budget
+            if not b.request_fits and not b.request_fit_confirmed:
+                # the verdict's caution, in the words of its blockers (the terms it rests on, the figures)
+                unsure = c.verdict.sources_text(c.verdict.request_fit_terms())
+                why = f"unconfirmed: {unsure}" if unsure else "unconfirmed"
+                text = (
+                    f"{prefix}the request fit ({why}): one {config.scheduler.max_model_len:,}-token "
+                    f"request needs {format_size(b.request_bytes)} of KV per rank, the KV cache is "
+                    f"{format_size(b.kv)}"
                 )
-            )
-        recommended = min(b.recommended_kv_cache_memory_bytes for _, b, _ in budgets)
+                if text not in cautions:
+                    cautions.append(text)
         ev = Evaluation(
-            index, value, config, checks, kv, need, self.required_margin, tuple(blockers), recommended
+            index,
+            value,
+            config,
+            checks,
+            min(b.kv for _, b, _ in budgets),
+            max(b.request_bytes for _, b, _ in budgets),
+            self.required_margin,
+            tuple(blockers),
+            min(b.recommended_kv_cache_memory_bytes for _, b, _ in budgets),
+            tuple(cautions),
         )
         self.cache[index] = ev
         if self.limits is not None:
@@ -388,6 +409,7 @@ def search(
     if knob.objective != "max-kv-bytes" and config.memory.kv_cache_memory_bytes is not None:
         # A pinned KV size would hold KV constant and hide what the knob costs; search the GMU-sized KV.
         config = _with(config, "memory.kv_cache_memory_bytes", None)
+
     def evaluator() -> Evaluator:
         return Evaluator(
             total_bytes=total_bytes,
@@ -419,31 +441,33 @@ def search(
     bound_label: str | None = None
     lower: Evaluation | None = None
     if knob.objective in LOWEST:
-        # The lowest GMU vLLM accepts: one request fitting is monotone in GMU. Above that point the start
-        # gate and the margin only get worse with GMU, so when the lowest value that fits one request fails
-        # either, every value does. The neighbour that proves it is the next step *down*.
-        low = _first_true(lambda i: at(i).fits_one_request, lo, hi)
+        # The lowest GMU vLLM accepts: the low-end constraints (KV memory left, one request's fit where the
+        # verdict decides it) are monotone in GMU. Above that point the start gate and the margin only get
+        # worse with GMU, so when the lowest value that passes the low end fails either, every value does.
+        # The neighbour that proves it is the next step *down*.
+        low = _first_true(lambda i: at(i).floor_ok, lo, hi)
         best = at(low) if low is not None and at(low).feasible else None
         next_up = at(low - 1) if best is not None and low is not None and low > lo else None
         if best is None:
             lower = at(low) if low is not None else at(hi)
-            bound_label = "lowest where one request fits" if low is not None else "highest tried"
+            bound_label = _floor_label(lower) if low is not None else "highest tried"
     else:
         if knob.objective in ("max-batched-tokens", "max-prefill-capacity"):
             anchor: int | None = lo
         else:
-            # one request fits from some value on: find it, then bisect feasibility above it
-            anchor = _first_true(lambda i: at(i).fits_one_request, lo, hi)
+            # the low-end constraints hold from some value on: find it, then bisect feasibility above it
+            anchor = _first_true(lambda i: at(i).floor_ok, lo, hi)
         best_i = _last_true(lambda i: at(i).feasible, anchor, hi) if anchor is not None else None
         best = at(best_i) if best_i is not None else None
         next_up = at(best_i + 1) if best_i is not None and best_i < hi else None
         if best is None:
-            if anchor is None:  # one request does not fit even at the top of the range
+            if anchor is None:  # the low end fails even at the top of the range
                 lower, bound_label = at(hi), "highest tried"
             elif anchor == lo:
                 lower, bound_label = at(anchor), "lowest tried"
             else:
-                lower, bound_label = at(anchor), "lowest where one request fits"
+                lower = at(anchor)
+                bound_label = _floor_label(lower)
         if next_up is not None and next_up.feasible:  # not monotone: say so rather than claim optimality
             notes.append(f"{knob.show(next_up.value)} is feasible too: feasibility is not monotone here")
     for n in ev.notes:
@@ -465,6 +489,11 @@ def search(
         bound_label=bound_label,
         range_start=knob.value(lo),
     )
+
+
+def _floor_label(ev: Evaluation) -> str:
+    """What the lowest value past the low-end constraints is, in words."""
+    return "lowest where one request fits" if ev.fits_one_request else "lowest that leaves KV memory"
 
 
 def _current(config: DeploymentConfig, knob: Knob) -> int | float | None:
@@ -519,6 +548,101 @@ def _range(
     if hi < lo:
         raise ConfigError("the search range is empty", key="--max", value=upper)
     return lo, hi
+
+
+def highest_gmu(total: int, limit: int) -> float | None:
+    """The highest GMU on the 0.001 grid whose R = ceil(GMU x T) is at most ``limit`` (None: not 0.001)."""
+    if total <= 0:
+        return None
+    index = min(1000, limit * 1000 // total)
+    while index > 0 and gate_bytes(index / 1000, total) > limit:
+        index -= 1  # the float product can round R up past the limit: step down to one that passes
+    return index / 1000 if index > 0 else None
+
+
+def no_fit_hints(result: SearchResult) -> list[str]:
+    """When nothing fits: what to change for each blocker of the closest value, each remedy said once.
+
+    A remedy names a setting that moves the blockers it is given for, never the searched knob (the search
+    has tried it), and serves every blocker it moves: ``for the start gate and the negative margin: …``.
+    Freeing GPU memory is offered only when other processes hold some (U_oth > 0).
+    """
+    ev = result.closest
+    ids = list(dict.fromkeys(i for i, _ in ev.blockers))
+    b = min(ev.ranks, key=lambda r: r.margin).budget
+    knob = result.knob.key
+    remedies: dict[str, list[str]] = {}
+
+    def add(remedy: str, *blockers: str) -> None:
+        names = remedies.setdefault(remedy, [])
+        names += [_BLOCKER_NAMES[x] for x in blockers if x in ids and _BLOCKER_NAMES[x] not in names]
+
+    memory = [x for x in ids if x in ("start-gate", "margin", "oom-risk")]
+    if knob in ("memory.gpu_memory_utilization", "memory.kv_cache_memory_bytes"):
+        # The closest value is where the knob's low end (KV memory, one request) is first reached, or the
+        # top of the range when it never is; above it the start gate and the margin only get worse. Every
+        # blocker there moves only when the low end needs less.
+        request = "request-fit" in ids or result.bound_label == "lowest where one request fits"
+        what = "scheduler.max_model_len or the pools" if request else "the pools"
+        less = "a lower GMU" if knob == "memory.gpu_memory_utilization" else "a smaller KV cache"
+        add(f"lower {what} (glmlaunch audit lists what is recoverable), so that {less} suffices", *ids)
+    else:
+        # Tokens or prefill capacity at the profile's GMU: a GMU-sized KV cache absorbs W, P, N and G_e, so
+        # margin = F0 - GMU x T - X, and the start gate wants GMU x T <= F0. A GMU named here must work at the
+        # profile's own value of the knob too (U_pre and X grow with it): the tighter of the two.
+        both = [r.budget for e in (ev, result.original) for r in e.ranks]
+        gate_gmu = highest_gmu(b.total, min(x.f0 for x in both))
+        margin_gmu = highest_gmu(b.total, min(x.f0 - x.x - x.min_margin for x in both))
+        gate_text = f"{gate_gmu:.3f} is the highest that passes the start gate" if gate_gmu else ""
+        if "margin" in ids or "oom-risk" in ids:
+            if margin_gmu is None:
+                add("no GMU keeps the margin: lower what is held before vLLM's snapshot (U_pre)", *memory)
+            else:
+                highest = (
+                    f"{gate_text}, {margin_gmu:.3f} the highest that also keeps the margin"
+                    if "start-gate" in ids and gate_text
+                    else f"{margin_gmu:.3f} is the highest that keeps the margin"
+                )
+                add(f"lower memory.gpu_memory_utilization: {highest} (margin = F0 - GMU x T - X)", *memory)
+        elif "start-gate" in ids:
+            add(
+                f"lower memory.gpu_memory_utilization: {gate_text} (R = GMU x T <= F0)"
+                if gate_text
+                else "lower what is held before vLLM's snapshot (U_pre)",
+                "start-gate",
+            )
+        tokens = knob == "scheduler.max_num_batched_tokens"
+        add(
+            "raise memory.gpu_memory_utilization or lower the pools "
+            + ("" if tokens else "or scheduler.max_num_batched_tokens ")
+            + "(glmlaunch audit lists what is recoverable)",
+            "no-kv",
+        )
+        add("lower scheduler.max_model_len", "request-fit")
+    add("lower the required margin (--min-margin, memory.min_margin)", "margin")
+    if b.used_by_others > 0:
+        held = format_size(max(x.budget.used_by_others for x in ev.ranks))
+        add(f"free memory on the GPUs ({held} held by other processes; glmlaunch hw shows who)", *memory)
+    # remedies for the same blockers go in one hint: "for the margin: lower …, or lower …"
+    grouped: dict[tuple[str, ...], list[str]] = {}
+    for remedy, names in remedies.items():
+        if names:
+            grouped.setdefault(tuple(names), []).append(remedy)
+    hints = [f"for {_join(list(names))}: " + ", or ".join(rs) for names, rs in grouped.items()]
+    return hints or ["lower memory.min_margin or scheduler.max_model_len"]
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+_BLOCKER_NAMES = {
+    "start-gate": "the start gate",
+    "no-kv": "the KV cache",
+    "request-fit": "the request fit",
+    "oom-risk": "the negative margin",
+    "margin": "the margin",
+}
 
 
 # --- outputs --------------------------------------------------------------------------------------
@@ -599,6 +723,7 @@ def evaluation_document(ev: Evaluation | None, knob: Knob) -> dict[str, Any] | N
         "value": ev.value,
         "feasible": ev.feasible,
         "blockers": [{"id": i, "message": m} for i, m in ev.blockers],
+        "cautions": list(ev.cautions),
         "confidence": ev.verdict.confidence,
         "kv_cache_bytes": ev.kv_bytes,
         "one_request_bytes": ev.request_bytes,

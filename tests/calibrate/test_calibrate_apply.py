@@ -212,7 +212,7 @@ def test_cli_ingest_list_show(clean_env: dict[str, str], tmp_path: Path) -> None
     full, trunc, refused = validate(res.stdout, "calibrate-ingest")["records"]
     assert full["usable"] and not trunc["usable"] and not refused["usable"]
     assert "saved" in res.stderr and "no inventory" in res.stderr
-    assert "vLLM refused to start in this boot: one 131072-token request needs 0.98 GiB" in res.stderr
+    assert "REFUSED: one 131072-token request needs 0.98 GiB of KV, 0.82 GiB available" in res.stderr
     assert "truncated" in res.stderr
 
     # a profile given with -p is compared with the boot, setting by setting, and never adopted
