@@ -478,7 +478,7 @@ def calibrate_search_cmd(
             metavar="OBJECTIVE",
             autocompletion=complete_objective,
             help="max-batched-tokens (default), max-prefill-capacity, max-kv-bytes, max-gmu, "
-            "or min-gmu (the lowest GMU vLLM accepts)",
+            "or min-gmu (the lowest GMU whose verdict is ok)",
             show_default=False,
         ),
     ] = "max-batched-tokens",

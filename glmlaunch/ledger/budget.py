@@ -56,9 +56,10 @@ class Budget(NamedTuple):
     request_bytes: int  # one max_model_len request, per rank
     request_fits: bool
     recommended_kv_cache_memory_bytes: int
-    # The request check rests on W and KV bytes/token; when either is a default or an estimate the
-    # shortfall is a caution (vLLM would refuse after loading weights, if the estimate is right), not
-    # a verdict: the margin itself does not depend on W (KV absorbs it), so it stays a verdict.
+    # The request check rests on W and KV bytes/token. It decides the verdict when both come from the
+    # profile, calibration (records, or the rig defaults fitted on the rig's real boots, estimates
+    # included) or a formula; only a built-in default figure (another GPU's, a fallback size) leaves a
+    # shortfall as a caution. How well the figures are known is the verdict's confidence, said apart.
     request_fit_confirmed: bool = True
     cautions: tuple[str, ...] = ()
 
@@ -147,7 +148,11 @@ def _compute(
     w_known = config.model.weights_per_rank is not None or (
         w_entry is not None and w_entry.origin == "calibrated"
     )
-    confirmed = (pinned is not None or w_known) and origin in ("exact", "library", "calibrated")
+    # W from calibration (a boot of this checkpoint, or carried over from a sibling checkpoint's boots on
+    # this rig) is good to decide with; so is a formula's KV record size. A search that treated estimates
+    # as unknowable would grow max_num_batched_tokens until the KV cache held a few MiB.
+    w_from_boots = getattr(calibration, "weights_bytes", None) is not None
+    confirmed = (pinned is not None or w_known or w_from_boots) and origin != "default"
 
     recommended = (f0 - budgeted_rest - t.x - config.memory.min_margin) // MIB * MIB
     reasons: list[str] = []
@@ -167,9 +172,10 @@ def _compute(
         if confirmed:
             reasons.append(shortfall)
         else:
-            unknown = [] if (pinned is not None or w_known) else [f"W {t.w:,} B is a default"]
+            unknown = [] if (pinned is not None or w_known or w_from_boots) else [f"W {t.w:,} B is a default"]
             if origin not in ("exact", "library", "calibrated"):
-                unknown.append(f"{per_token:,} B/token is an {origin}")
+                unknown.append(f"{per_token:,} B/token is an {origin}" if origin == "estimate" else
+                               f"{per_token:,} B/token is a {origin}")
             cautions.append(
                 f"unconfirmed: {shortfall}; vLLM would refuse it after loading the weights, but "
                 + " and ".join(unknown)

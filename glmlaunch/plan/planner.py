@@ -238,8 +238,9 @@ class VerdictDoc(_Doc):
     )
     request_fit_confirmed: bool = Field(
         default=True,
-        description="whether one max_model_len request's fit rests on known W and KV bytes/token (a "
-        "shortfall then refuses; otherwise it is a caution)",
+        description="whether one max_model_len request's fit decides the status: W and KV bytes/token come "
+        "from the profile, calibration (records or the rig defaults, estimates included) or a formula (a "
+        "shortfall then refuses); false only on built-in default figures (a shortfall is then a caution)",
     )
     # Added in version 1 (compatible): the blocker and the confidence.
     confidence: str = Field(

@@ -407,9 +407,11 @@ SMALL_CARD = ["--set", "hardware.memory_per_gpu=85.7GiB"]
         # the margin fails everywhere: the lowest value past the low end, the smallest batch
         ("boot", "max-gmu", ["--min-margin", "20GiB"], "lowest where one request fits", None, "the margin"),
         ("boot", "min-gmu", ["--min-margin", "20GiB"], "lowest where one request fits", None, "the margin"),
-        # turnkey's request fit rests on estimates: a caution, so the low end is where KV memory is left
-        ("turnkey", "max-gmu", ["--min-margin", "20GiB"], "lowest that leaves KV memory", None, "the margin"),
-        ("turnkey", "min-gmu", ["--min-margin", "20GiB"], "lowest that leaves KV memory", None, "the margin"),
+        # turnkey's request fit rests on the rig's estimates, which decide: the low end is where one fits
+        *(
+            ("turnkey", gmu, ["--min-margin", "20GiB"], "lowest where one request fits", None, "the margin")
+            for gmu in ("max-gmu", "min-gmu")
+        ),
         ("turnkey", "max-batched-tokens", ["--min-margin", "20GiB"], "lowest tried", "256", "the margin"),
         ("turnkey", "max-prefill-capacity", ["--min-margin", "20GiB"], "lowest tried", "256", "the margin"),
     ],
@@ -451,8 +453,8 @@ def test_nothing_fits_says_so_plainly_with_the_blocker(
     assert doc["changes"] == {} and doc["closest_failed"]["label"] == label
     assert doc["blocked"].startswith(f"blocked by {blocker}")
     if profile == "turnkey" and label != "lowest tried":
-        # not decided on, but said: the closest value's request fit is an unconfirmed caution
-        assert doc["closest_failed"]["cautions"][0].startswith("the request fit (unconfirmed: ")
+        # the rig's estimates decide the request fit: nothing is left to say as a caution
+        assert doc["closest_failed"]["cautions"] == []
 
 
 def test_best_at_the_end_of_the_range_claims_no_step_past_it(clean_env: dict[str, str]) -> None:
@@ -485,21 +487,32 @@ def test_min_gmu_whose_lowest_accepted_value_misses_the_margin_is_not_an_answer(
     assert result.blocked_text().startswith("blocked by the margin: ")
 
 
-def test_the_search_names_its_confidence_and_an_unconfirmed_request_fit(clean_env: dict[str, str]) -> None:
+def test_the_search_names_its_confidence_and_stops_where_one_request_no_longer_fits(
+    clean_env: dict[str, str],
+) -> None:
     done = run_cli("calibrate", "search", "-p", "turnkey", "--no-write", "--json", env=clean_env)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     validate(doc)
     assert doc["verdict"]["status"] == "ok" and doc["verdict"]["confidence"] == "estimate"
-    # the rig's W is an estimate: one request's fit is a caution, shown on the best value, not a blocker;
-    # what stops the step up is the KV cache running out
-    assert doc["best"]["feasible"] and doc["best"]["blockers"] == []
-    assert not doc["best"]["fits_one_request"]
-    caution = "the request fit (unconfirmed: W and KV bytes/token are estimates"
-    assert doc["best"]["cautions"][0].startswith(caution)
-    assert [b["id"] for b in doc["next_step"]["blockers"]] == ["no-kv"]
+    # the rig's W and KV record size are estimates fitted on its real boots: good enough to decide, so
+    # the step up is refused where one max_model_len request no longer fits (not where KV runs out)
+    assert doc["best"]["feasible"] and doc["best"]["blockers"] == [] and doc["best"]["fits_one_request"]
+    assert [b["id"] for b in doc["next_step"]["blockers"]] == ["request-fit"]
     text = run_cli("calibrate", "search", "-p", "turnkey", "--no-write", env=clean_env)
-    assert "caution: the request fit (unconfirmed: " in text.stdout
+    assert "confidence: estimate" in text.stdout
+
+
+def test_on_default_figures_the_request_fit_is_a_caution_in_search(clean_env: dict[str, str]) -> None:
+    # a GPU with no rig defaults: W is a built-in default, so one request's fit cannot decide
+    done = run_cli(
+        "calibrate", "search", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200",
+        "--set", "scheduler.max_model_len=1000000", "--no-write", "--json", env=clean_env,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["best"]["feasible"] and not doc["best"]["fits_one_request"]
+    assert doc["best"]["cautions"][0].startswith("the request fit (unconfirmed: ")
 
 
 # --- one verdict: a value is feasible in search exactly when plan calls it ok (issue 11) --------------
@@ -552,6 +565,6 @@ def test_search_feasibility_is_plans_verdict(
     for value, feasible in tried.items():
         assert _plan_ok(env, name, [*sets, f"{doc['knob']}={value}"]) == feasible, (value, doc["blocked"])
     if profile == "turnkey" and objective == "max-batched-tokens":
-        # the reviewer's case: plan calls 4,096 ok, so the search may not call it infeasible
-        assert _plan_ok(env, name, ["scheduler.max_num_batched_tokens=4096"])
-        assert doc["best"]["value"] >= 4096
+        # the reviewer's case: plan and search answer 4,096 alike (one request no longer fits there)
+        assert not _plan_ok(env, name, ["scheduler.max_num_batched_tokens=4096"])
+        assert doc["best"]["value"] < 4096 and doc["next_step"]["blockers"][0]["id"] == "request-fit"
