@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any, NoReturn
 
 import typer
+from typer._click import Command as ClickCommand
 from typer._click import Context, HelpFormatter
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer._click.shell_completion import CompletionItem
@@ -98,8 +99,8 @@ def _parse(ctx: Context, parse: Callable[[], list[str]]) -> list[str]:
         raise _with_context(exc, ctx) from None
 
 
-class Command(TyperCommand):
-    """A command held to the help conventions, ending quietly on a closed pipe."""
+class _Held(ClickCommand):
+    """What commands and groups share: glmlaunch's usage errors, man-page usage lines, examples verbatim."""
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return _parse(ctx, partial(super().parse_args, ctx, args))
@@ -107,11 +108,15 @@ class Command(TyperCommand):
     def collect_usage_pieces(self, ctx: Context) -> list[str]:
         return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
 
-    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
-        _format_params(ctx, formatter)
-
     def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
         _format_examples(self.epilog, formatter)
+
+
+class Command(_Held, TyperCommand):
+    """A command held to the help conventions, ending quietly on a closed pipe."""
+
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
+        _format_params(ctx, formatter)
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -127,7 +132,7 @@ class Command(TyperCommand):
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
-class Group(TyperGroup):
+class Group(_Held, TyperGroup):
     """A group held to the help conventions, listing each command with its whole summary."""
 
     def __init__(self, **attrs: Any) -> None:
@@ -135,18 +140,9 @@ class Group(TyperGroup):
         if self.subcommand_metavar == "COMMAND [ARGS]...":
             self.subcommand_metavar = "COMMAND [ARGS...]"  # as every other repeatable is written
 
-    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
-        return _parse(ctx, partial(super().parse_args, ctx, args))
-
-    def collect_usage_pieces(self, ctx: Context) -> list[str]:
-        return _usage_pieces(ctx, super().collect_usage_pieces(ctx))
-
     def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
         _format_params(ctx, formatter)
         self.format_commands(ctx, formatter)
-
-    def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
-        _format_examples(self.epilog, formatter)
 
     def shell_complete(self, ctx: Context, incomplete: str) -> list[CompletionItem]:
         # The same whole summaries in zsh's and fish's candidate lists.
