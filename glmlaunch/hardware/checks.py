@@ -72,6 +72,8 @@ class CheckReport(BaseModel):
     inventory: str
     gpus: tuple[int, ...]
     results: tuple[CheckResult, ...]
+    # Which calibration the memory verdict uses, in words (part of the report, as in plan's header).
+    calibration: str = ""
 
     def by_name(self, name: str) -> CheckResult:
         for r in self.results:

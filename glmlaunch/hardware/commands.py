@@ -154,7 +154,8 @@ _STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
 
 def check_table(report: CheckReport) -> Table:
     title = f"checks: profile {report.profile}, purpose {report.purpose}, GPUs {list(report.gpus)}"
-    table = Table(title=title, caption=report.inventory, expand=False)
+    caption = report.inventory + (f"\ncalibration: {report.calibration}" if report.calibration else "")
+    table = Table(title=title, caption=caption, expand=False)
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("message")
@@ -198,15 +199,18 @@ def run_check(
     resolved = resolve(profile, overrides)
     inv = get_inventory(inventory_file)
     calibration: object | None = None
+    said = ""
     if calibration_lookup is not None:
         use = calibration_lookup(resolved.config, inv)
         for line in use.warnings:
             warn(line)
-        note(use.message)
-        calibration = use.calibration
+        said, calibration = use.message, use.calibration
     report = run_checks(
         resolved.config, inv, purpose=purpose, profile=resolved.profile_name, calibration=calibration
     )
+    if said:
+        # the calibration the memory verdict rests on is data of the report (stdout), not a message
+        report = report.model_copy(update={"calibration": said})
     if as_json:
         out_json(report.to_json(strict=strict))
     else:

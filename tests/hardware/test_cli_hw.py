@@ -95,7 +95,9 @@ def test_check_table_on_stdout_messages_on_stderr(clean_env: dict[str, str]) -> 
     both = done.stdout + done.stderr
     assert both.count("GPU 2 runs x8 of x16") == 1, both
     assert done.stderr.count("pcie_link") == 1 and "warning: 1 check(s) warned: pcie_link" in done.stderr
-    assert done.stderr.count("using the rig defaults") == 1
+    # which calibration the memory verdict uses is part of the report (its caption), said once
+    assert done.stdout.count("calibration: using the rig defaults") == 1
+    assert "using the rig defaults" not in done.stderr
     as_json = run_cli(
         "check",
         "-p",
@@ -209,3 +211,12 @@ def test_unreadable_inventory_exits_2(clean_env: dict[str, str], tmp_path: Path)
     done = run_cli("hw", "--inventory", str(bad), env=clean_env)
     assert done.returncode == 2
     assert "invalid inventory" in done.stderr and str(bad) in done.stderr
+
+
+def test_check_reports_which_calibration_its_verdict_uses(clean_env: dict[str, str]) -> None:
+    # data (stdout, JSON `calibration`), not a note: a shipped profile's check says nothing on stderr
+    inventory = str(INV / "rtxpro6000x4.json")
+    done = run_cli("check", "-p", "turnkey", "--inventory", inventory, "--json", env=clean_env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["calibration"].startswith("using the rig defaults")
+    assert done.stderr == ""
