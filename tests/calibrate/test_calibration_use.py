@@ -31,8 +31,9 @@ def test_plan_and_check_use_the_ingested_boots(clean_env: dict[str, str]) -> Non
     assert weights["origin"] == "estimate" and "bits" in weights["formula"]
 
     check = run_cli("check", "-p", "r12-exl3", "--inventory", str(RIG), "--json", env=clean_env)
-    assert "term model fitted on 5 record(s)" in check.stderr
-    row = next(r for r in json.loads(check.stdout)["results"] if r["name"] == "memory_verdict")
+    report = json.loads(check.stdout)
+    assert "term model fitted on 5 record(s)" in report["calibration"]
+    row = next(r for r in report["results"] if r["name"] == "memory_verdict")
     assert row["status"] == "OK"
 
     # Another rig shape (DCP 2): the TP4/DCP4 boots do not apply, and the reason is named.
