@@ -153,7 +153,7 @@ gone_if_set PCIE_CALIBRATION_CACHE_DIR "calibration records live in GLMLAUNCH_CA
 gone_if_set PCIE_CALIBRATOR "the torchrun calibrator is replaced by \`glmlaunch preflight\`"
 gone_if_set DCP_CKV_PREFETCH_TOPOLOGY "the check stage reads the NVML topology and refuses CKV prefetch over SYS; set DCP_CKV_PREFETCH_DEPTH explicitly"
 gone_if_set MOE_MODE "an NVFP4-checkpoint knob (B12X_MOE_FORCE_A8/A16); the EXL3 deployment does not read it — use the profile's env: section if you need it"
-gone_if_set ONLINE_QUANT "NVFP4-checkpoint online quantisation; not part of the EXL3 deployment (profile vllm_args: --quantization-config)"
+gone_if_set ONLINE_QUANT "the old chain's overlays (full-linear mxfp8, nf3-mxfp8, fp8, custom) are not the appliance's; set model.online_quant (none, mxfp8, exl3-b6), or pass --quantization-config in the profile's vllm_args"
 gone_if_set ONLINE_MXFP8 "see ONLINE_QUANT"
 gone_if_set ONLINE_FP8 "see ONLINE_QUANT"
 gone_if_set ONLINE_FP8_MXFP4 "see ONLINE_QUANT"
@@ -161,7 +161,6 @@ gone_if_set QUANTIZATION_CONFIG_JSON "see ONLINE_QUANT"
 gone_if_set NF3_GRID188 "an NF3 hybrid-checkpoint knob; use the profile's env: section (VLLM_NF3_GRID188_DECODE)"
 gone_if_set LINEAR_BACKEND "not modelled; pass --linear-backend after -- (it is not a managed flag)"
 gone_if_set DCP_A2A_LARGE_BACKEND "not modelled; set VLLM_DCP_A2A_LARGE_BACKEND through GLMLAUNCH_ENV__VLLM_DCP_A2A_LARGE_BACKEND"
-gone_if_set DCP_PREFILL_WORKSPACE "not modelled; set VLLM_DCP_PROJECT_BEFORE_MERGE through GLMLAUNCH_ENV__VLLM_DCP_PROJECT_BEFORE_MERGE"
 if ((${#gone[@]})); then
   for line in "${gone[@]}"; do
     printf 'serve-glm52.sh: error: %s\n' "${line}" >&2
@@ -219,12 +218,22 @@ if [[ -n "${GRAPH:-}" ]]; then
   # GRAPH was the largest capture size; the sizes are the multiples of MTP+1 up to it (step null), and
   # the rule replaces a capture_sizes list the profile gives.
   add GRAPH "${GRAPH}" cudagraph.capture_rule "{step: null, max: ${GRAPH}}" cudagraph.capture_sizes
+  # the chain never passed --max-cudagraph-capture-size: vLLM takes the largest captured size
+  sets+=(--set "cudagraph.max_capture_size=null")
 fi
 if [[ -n "${CUDAGRAPH_CAPTURE_SIZES:-}" ]]; then
   # glmlaunch reads the old comma list itself, and a list replaces the profile's capture_rule.
   add CUDAGRAPH_CAPTURE_SIZES "${CUDAGRAPH_CAPTURE_SIZES}" cudagraph.capture_sizes \
     "${CUDAGRAPH_CAPTURE_SIZES}" cudagraph.capture_rule
 fi
+map NUM_GPU_BLOCKS_OVERRIDE memory.num_gpu_blocks_override
+# v16 exported DCP_PREFILL_WORKSPACE=0/1 as both VLLM_DCP_PROJECT_BEFORE_MERGE and
+# VLLM_B12X_MLA_DCP_GATHER_IN_WORKSPACE (auto: its TP:DCP table, which the profile already holds)
+map_bool_auto DCP_PREFILL_WORKSPACE dcp_policy.project_before_merge
+case "${DCP_PREFILL_WORKSPACE:-}" in
+  0) sets+=(--set "dcp_policy.gather_in_workspace=false") ;;
+  1) sets+=(--set "dcp_policy.gather_in_workspace=true") ;;
+esac
 map_bool_auto DCP_QUERY_SPLIT dcp_policy.query_split VLLM_DCP_QUERY_SPLIT
 map_int_auto DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS dcp_policy.query_split_min_context_tokens \
   VLLM_DCP_QUERY_SPLIT_MIN_CONTEXT_TOKENS

@@ -13,6 +13,24 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The r12-era production turnkey the seed's review priced (docs/memory-model.md §5) and the recorded
+#: preflight runs in bench/preflight/ ran: the shipped turnkey (upstream's r28 exl3-tr3) with the r12
+#: chain's V1 runner, DCP A2A cap 64, no LMCache (expandable segments on), the DCP policy unset and the
+#: capture sizes glmlaunch's turnkey had then (multiples of 6 up to 48).
+SEED_TURNKEY = (
+    "stack=sparkinfer-r12",
+    "runner=v1",
+    "comm.dcp_a2a_max_tokens=64",
+    "dcp_policy.query_split=null",
+    "dcp_policy.topk_owner_merge=null",
+    "lmcache=false",
+    "memory.allocator.expandable_segments=true",
+    "cudagraph.capture_rule.step=6",
+    "cudagraph.capture_rule.max=48",
+    "cudagraph.max_capture_size=null",
+)
+#: the DCP policy left unset: vLLM's defaults (query split and owner merge off)
+UNSET_DCP_POLICY = ("dcp_policy.query_split=null", "dcp_policy.topk_owner_merge=null")
 _PREFIXES = ("GLMLAUNCH_", "VLLM_", "NCCL_", "SPARKINFER_", "B12X_", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA")
 
 

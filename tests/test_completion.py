@@ -68,7 +68,8 @@ def test_bash_completes_commands_options_and_profile_names(clean_env: dict[str, 
     assert _bash_complete(["glmlaunch", "calibrate", "s"], env) == ["show", "search"]
     assert "--explain" in _bash_complete(["glmlaunch", "plan", "--"], env)
     # -p offers the shipped profiles, and the user's own from GLMLAUNCH_PROFILE_PATH
-    assert _bash_complete(["glmlaunch", "plan", "-p", ""], env) == ["gate", "r12-exl3", "turnkey"]
+    shipped = ["exl3-tr3-3.25bpw", "exl3-tr3-3.36bpw", "exl3-tr3-3.42bpw", "gate", "r12-exl3", "turnkey"]
+    assert _bash_complete(["glmlaunch", "plan", "-p", ""], env) == shipped
     assert _bash_complete(["glmlaunch", "plan", "-p", "t"], env) == ["turnkey"]
     mine = Path(env["HOME"]) / "profiles"
     mine.mkdir(parents=True)

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from glmlaunch.config.limits import MAX_INT_DIGITS, MAX_NESTING_DEPTH
+from glmlaunch.config.releases import release_of, stack_of_release
 from glmlaunch.config.units import GIB, KIB, MIB
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
@@ -329,9 +330,46 @@ RUNTIME_SETTINGS: dict[str, str] = {
     "B12X_INDEXER_TWO_LEVEL_FOLD": "indexer.fold",
     "PYTORCH_CUDA_ALLOC_CONF": "memory.allocator.expandable_segments",
     "VLLM_EXL3_TRELLIS_MAX_M": "exl3_trellis_max_m",
+    # the r20-r28 launchers' knobs (pinned pools, online K6, LMCache, the DCP policy they set)
+    "VLLM_DCP_A2A_MAX_TOKENS": "comm.dcp_a2a_max_tokens",
+    "VLLM_DCP_PROJECT_BEFORE_MERGE": "dcp_policy.project_before_merge",
+    "VLLM_DCP_PROJECT_BEFORE_MERGE_MIN_PREFILL_TOKENS": "dcp_policy.project_before_merge_min_prefill_tokens",
+    "VLLM_B12X_MLA_CKV_GATHER_MIN_TOKENS": "dcp_policy.ckv_gather_min_tokens",
+    "VLLM_B12X_MLA_DCP_GATHER_IN_WORKSPACE": "dcp_policy.gather_in_workspace",
+    "VLLM_B12X_ABSORB_BMM": "model.absorb_bmm",
+    "NCCL_BUFFSIZE": "comm.nccl.buffsize",
+    "LMCACHE_L2_GB": "lmcache_config.disk_gb",
+    "VLLM_EXL3_ENCODER_SOURCE": "exl3.online_encoder_source",
+    "VLLM_EXL3_ONLINE_CACHE_DIR": "exl3.online_cache_dir",
+    "VLLM_EXL3_ONLINE_CACHE_MODE": "exl3.online_cache_mode",
+    "VLLM_NVFP4_MLA_DYNAMIC_SCALE": "memory.kv_scale_mode",
 }
-_BOOL_SETTINGS = frozenset({"dcp_policy.topk_owner_merge", "comm.single_channel", "indexer.fused"})
-_INT_SETTINGS = frozenset({"indexer.supertile_k", "indexer.fold_max_mib", "exl3_trellis_max_m"})
+_BOOL_SETTINGS = frozenset(
+    {
+        "dcp_policy.topk_owner_merge",
+        "comm.single_channel",
+        "indexer.fused",
+        "dcp_policy.project_before_merge",
+        "dcp_policy.gather_in_workspace",
+        "model.absorb_bmm",
+    }
+)
+_INT_SETTINGS = frozenset(
+    {
+        "indexer.supertile_k",
+        "indexer.fold_max_mib",
+        "exl3_trellis_max_m",
+        "comm.dcp_a2a_max_tokens",
+        "dcp_policy.project_before_merge_min_prefill_tokens",
+        "dcp_policy.ckv_gather_min_tokens",
+        "comm.nccl.buffsize",
+        "lmcache_config.disk_gb",
+    }
+)
+#: launcher variables that only say which setting a boot ran (read, never passed through)
+_MARKER_ENV = frozenset(
+    {"VLLM_EXL3_ONLINE_TRELLIS_BITS", "KV_FP8_ROPE", "LMCACHE_MODE", "LMCACHE_DISABLE_BANNER"}
+)
 
 #: vLLM args with a setting each (args key -> dotted setting).
 _ARG_SETTINGS: dict[str, str] = {
@@ -380,6 +418,9 @@ _ARGS_CONSUMED = frozenset(
         "hf_overrides",
         "model_tag",
         "max_cudagraph_capture_size",
+        "num_gpu_blocks_override",
+        "quantization_config",
+        "kv_transfer_config",
     }
 )
 
@@ -449,6 +490,11 @@ def map_boot(bc: BootConfig) -> BootSettings:
             out.put(key, args[arg], f"vllm args {arg}")
     if bc.vllm_version is not None:
         out.put("vllm_version", bc.vllm_version, "vLLM's version banner")
+        # the release a build names (none for a bare dev build) decides the kernel library generation
+        out.put("release", release_of(bc.vllm_version), "vLLM's version banner (its release suffix)")
+        stack = stack_of_release(release_of(bc.vllm_version))
+        if stack is not None:
+            out.put("stack", stack, f"the library generation of release {release_of(bc.vllm_version)}")
     if bc.vllm_args is not None and "revision" not in args:
         out.put("model.revision", None, "vLLM default (no revision in non-default args)")
     if "served_model_name" in args:
@@ -494,12 +540,19 @@ def map_boot(bc: BootConfig) -> BootSettings:
                 hf["index_topk_pattern"],
                 "vllm args hf_overrides.index_topk_pattern",
             )
-        if "max_position_embeddings" in hf:
+        clamp = hf.get("max_position_embeddings")
+        if clamp is not None and clamp == args.get("max_model_len"):
+            # the appliance's CLAMP_ROPE_TABLES: the RoPE tables sized for max_model_len
+            out.put("model.clamp_rope_tables", True, "vllm args hf_overrides.max_position_embeddings")
+        elif clamp is not None:
             out.put(
                 "model.geometry.max_position_embeddings",
-                hf["max_position_embeddings"],
+                clamp,
                 "vllm args hf_overrides.max_position_embeddings",
             )
+        if clamp is None or clamp != args.get("max_model_len"):
+            out.put("model.clamp_rope_tables", False, "vllm args hf_overrides (no max_model_len clamp)")
+    _map_pool_and_offload(bc, args, out)
 
     if bc.runner is not None:
         out.put("runner", bc.runner, "log: Using V2 Model Runner")
@@ -542,8 +595,67 @@ def _map_speculative(bc: BootConfig, args: Mapping[str, Any], out: BootSettings)
         out.put("speculative.draft_sample_method", spec["draft_sample_method"], src)
     if "moe_backend" in spec:
         out.put("speculative.moe_backend", spec["moe_backend"], src)
+    if "rejection_sample_method" in spec:
+        out.put("speculative.rejection_sample_method", spec["rejection_sample_method"], src)
+    else:
+        out.put("speculative.rejection_sample_method", None, src + " (no rejection_sample_method)")
     model = spec.get("model")
     out.put("speculative.model", None if model in (None, args.get("model")) else model, src)
+    # no model key: the checkpoint's own MTP layer; the target's own path named: the r12 chain's spelling
+    out.put(
+        "speculative.draft", "target" if model is not None and model == args.get("model") else "native", src
+    )
+
+
+def _map_pool_and_offload(bc: BootConfig, args: Mapping[str, Any], out: BootSettings) -> None:
+    """The pinned KV pool, online quantization and LMCache a boot ran (vLLM's args name all three)."""
+    if bc.vllm_args is None:
+        return
+    if "num_gpu_blocks_override" in args:
+        out.put(
+            "memory.num_gpu_blocks_override",
+            int(args["num_gpu_blocks_override"]),
+            "vllm args num_gpu_blocks_override",
+        )
+    else:
+        out.put("memory.num_gpu_blocks_override", None, "vLLM default (no num_gpu_blocks_override)")
+    if "max_cudagraph_capture_size" in args:
+        out.put(
+            "cudagraph.max_capture_size",
+            int(args["max_cudagraph_capture_size"]),
+            "vllm args max_cudagraph_capture_size",
+        )
+    else:
+        out.put("cudagraph.max_capture_size", None, "vLLM default (no max_cudagraph_capture_size)")
+    qconf = args.get("quantization_config")
+    bits = bc.runtime_env.get("VLLM_EXL3_ONLINE_TRELLIS_BITS")
+    if isinstance(qconf, dict) and qconf:
+        # exl3-b6 selects the eligible BF16 modules with the MXFP8 selector and converts them to K6
+        quant = "exl3-b6" if (bits or "").strip() == "6" else "mxfp8"
+        out.put(
+            "model.online_quant",
+            quant,
+            "vllm args quantization_config" + (" + VLLM_EXL3_ONLINE_TRELLIS_BITS" if bits else ""),
+        )
+    else:
+        out.put("model.online_quant", "none", "vLLM default (no quantization_config)")
+    transfer = args.get("kv_transfer_config")
+    connector = transfer.get("kv_connector") if isinstance(transfer, dict) else None
+    out.put(
+        "lmcache", connector == "LMCacheMPConnector", f"vllm args kv_transfer_config ({connector or 'none'})"
+    )
+    if connector == "LMCacheMPConnector" and isinstance(transfer, dict):
+        extra = transfer.get("kv_connector_extra_config")
+        if isinstance(extra, dict):
+            host = str(extra.get("lmcache.mp.host") or "").removeprefix("tcp://")
+            if host:
+                out.put("lmcache_config.host", host, "vllm args kv_transfer_config lmcache.mp.host")
+            if isinstance(extra.get("lmcache.mp.port"), int):
+                out.put(
+                    "lmcache_config.port",
+                    extra["lmcache.mp.port"],
+                    "vllm args kv_transfer_config lmcache.mp.port",
+                )
 
 
 def _map_compilation(
@@ -611,6 +723,12 @@ def _map_runtime(bc: BootConfig, out: BootSettings) -> None:
     for name, value in bc.runtime_env.items():
         key = RUNTIME_SETTINGS.get(name)
         src = f"launcher profile runtime {name}"
+        if name in _MARKER_ENV:
+            continue  # read with the setting it marks (vLLM's args say which)
+        if key == "memory.kv_scale_mode":
+            if "memory.kv_scale_mode" not in out.settings and (flag := _flag(value)) is not None:
+                out.put(key, "dynamic-token" if flag else "static", src)
+            continue
         if key is None:
             out.env[name] = value
             out.env_sources[name] = src

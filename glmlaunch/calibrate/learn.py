@@ -159,6 +159,7 @@ def learn(config: DeploymentConfig, records: Iterable[Calibration]) -> Learned:
         description=f"{len(points)} record(s) of {describe_group(config)}",
         prior_weights=prior.weights if prior is not None else None,
         prior_n_by_version=prior.n_by_version if prior is not None else (),
+        release_offsets=prior.release_offsets if prior is not None else (),
     )
     return Learned(model, tuple(p.label for p in points), tuple(skipped))
 

@@ -32,10 +32,10 @@ Pure functions; the ledger is imported lazily (the ledger imports :mod:`.terms`,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from glmlaunch.config.releases import release_of
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB
 
@@ -132,31 +132,12 @@ class Point:
 
 
 def checkpoint_key(cfg: DeploymentConfig) -> str:
-    """The checkpoint's identity for W: its directory or hub name (last path part), revision and TP."""
+    """The checkpoint's identity for W: its directory or hub name (last path part), revision, online
+    quantization (it changes what is loaded) and TP."""
     path = (cfg.model.path or "unknown").rstrip("/").rsplit("/", 1)[-1]
     rev = f"@{cfg.model.revision[:12]}" if cfg.model.revision else ""
-    return f"{path}{rev} tp{cfg.parallel.tp}"
-
-
-# GLM-5.2 config.json (docs/memory-model.md §7): 3 dense layers, 256 routed experts of intermediate size 2048.
-GLM52_DENSE_LAYERS = 3
-GLM52_ROUTED_EXPERTS = 256
-GLM52_MOE_INTERMEDIATE = 2048
-
-_BPW_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)bpw", re.IGNORECASE)
-
-
-def bits_per_weight(checkpoint: str) -> float | None:
-    m = _BPW_RE.search(checkpoint)
-    return float(m.group(1)) if m else None
-
-
-def expert_params_per_rank(cfg: DeploymentConfig) -> int:
-    """Routed-expert parameters one TP rank holds: MoE layers x experts x 3 matrices (gate, up, down)."""
-    g = cfg.model.geometry
-    moe_layers = g.num_hidden_layers - GLM52_DENSE_LAYERS
-    per_expert = 3 * g.hidden_size * GLM52_MOE_INTERMEDIATE
-    return moe_layers * GLM52_ROUTED_EXPERTS * per_expert // cfg.parallel.tp
+    quant = f" {cfg.model.online_quant}" if cfg.model.online_quant != "none" else ""
+    return f"{path}{rev}{quant} tp{cfg.parallel.tp}"
 
 
 # --- fitting ---------------------------------------------------------------------------------------
@@ -247,73 +228,71 @@ def fit_term(
 
 @dataclass(frozen=True)
 class WeightsModel:
-    """W per (checkpoint, vLLM build, MTP on), and the MTP layer's size per checkpoint."""
+    """W per (checkpoint, vLLM build, MTP on), and the MTP layer's size per checkpoint.
+
+    Only boots of the same checkpoint (directory or hub name, revision, online quantization and TP) speak
+    for W here; another checkpoint, another TP or a bit rate no boot ran is the weights entry's estimate
+    (ledger/weights.py), which knows how a checkpoint splits over TP. A boot of another release, or of the
+    other MTP setting, only informs an estimate.
+    """
 
     table: tuple[tuple[str, str, bool, int, str], ...]  # (checkpoint, version, mtp, bytes, source)
     mtp_layer: tuple[tuple[str, int, str], ...]  # (checkpoint, bytes, how)
 
     def predict(self, cfg: DeploymentConfig, version: str | None = None) -> tuple[int, str, str] | None:
-        """(bytes, origin, explanation) or None when nothing is known of this checkpoint or a kin."""
+        """(bytes, origin, explanation) or None when no boot of this checkpoint is known."""
         ck = checkpoint_key(cfg)
         mtp = cfg.mtp > 0
+        release = cfg.release_effective or release_of(version)
 
         def mean(rows: list[tuple[str, str, bool, int, str]]) -> int:
             return round(sum(r[3] for r in rows) / len(rows))
 
-        same = [r for r in self.table if r[0] == ck and r[2] == mtp]
-        exact = [r for r in same if version is not None and r[1] == version]
+        def this_release(r: tuple[str, str, bool, int, str]) -> bool:
+            return (version is not None and r[1] == version) or (
+                release is not None and release_of(r[1]) == release
+            )
+
+        same = sorted(r for r in self.table if r[0] == ck and r[2] == mtp)
+        exact = [r for r in same if this_release(r)]
         if exact:
-            return mean(exact), "calibrated", f"logged by {', '.join(sorted({r[4] for r in exact}))}"
+            return mean(exact), "calibrated", f"logged by {_logs(exact)}"
         if same:
             builds = sorted({r[1] for r in same})
             spread = max(r[3] for r in same) - min(r[3] for r in same)
-            why = f"logged by {', '.join(sorted({r[4] for r in same}))}"
+            why = f"logged by {_logs(same)} on vLLM {', '.join(builds)}"
             if len(builds) > 1:
-                why += f"; mean over vLLM builds {', '.join(builds)} (they differ by {spread / GIB:.2f} GiB)"
-            return mean(same), "calibrated", why
-        other = [r for r in self.table if r[0] == ck and r[2] != mtp]
-        layer = next((m for m in self.mtp_layer if m[0] == ck), None) or (
-            self.mtp_layer[0] if self.mtp_layer else None
+                why += f" (they differ by {spread / GIB:.2f} GiB)"
+            want = release or version or "an unknown release"
+            return mean(same), "estimate", f"{why}; no boot of {want} ran it"
+        other = sorted(r for r in self.table if r[0] == ck and r[2] != mtp)
+        if not other:
+            return None
+        layer = next((m for m in sorted(self.mtp_layer) if m[0] == ck), None) or (
+            min(self.mtp_layer) if self.mtp_layer else None
         )
-        if other and layer is not None:
-            base = mean(other)
+        base = mean(other)
+        if layer is not None:
             value = base + layer[1] if mtp else base - layer[1]
             sign = "+" if mtp else "-"
             return (
                 value,
-                "calibrated",
+                "estimate",
                 f"W with MTP {'off' if mtp else 'on'} ({base / GIB:.2f} GiB, {_logs(other)})"
                 f" {sign} the MTP layer {layer[1] / GIB:.2f} GiB ({layer[2]})",
             )
-        if other:
-            # No pair of boots that differ only in k: the MTP layer is one more decoder layer's share of W.
-            g = cfg.model.geometry
-            base = mean(other)
-            layers = g.num_hidden_layers + (0 if mtp else g.num_mtp_layers)
-            per_layer = base // max(1, layers)
-            value = base + per_layer * g.num_mtp_layers if mtp else base - per_layer * g.num_mtp_layers
-            return (
-                value,
-                "estimate",
-                f"W with MTP {'off' if mtp else 'on'} ({base / GIB:.2f} GiB, {_logs(other)})"
-                f" {'+' if mtp else '-'} one layer's average share ({per_layer / GIB:.2f} GiB): "
-                "no pair of boots "
-                "differing only in MTP identifies the MTP layer (the real one may be larger: its own head)",
-            )
-        # Another checkpoint of the same model at another EXL3 bit rate: the routed experts scale with it.
-        bpw = bits_per_weight(ck)
-        kin = [r for r in self.table if r[2] == mtp and bits_per_weight(r[0]) is not None]
-        if bpw is not None and kin:
-            ref = kin[0]
-            ref_bpw = bits_per_weight(ref[0]) or bpw
-            delta = round(expert_params_per_rank(cfg) * (bpw - ref_bpw) / 8)
-            return (
-                ref[3] + delta,
-                "estimate",
-                f"{ref[0]} ({ref[3] / GIB:.2f} GiB, {ref[4]}) with routed experts at {bpw:g} instead of "
-                f"{ref_bpw:g} bits: {expert_params_per_rank(cfg):,} params/rank x {bpw - ref_bpw:+g}/8 B",
-            )
-        return None
+        # No pair of boots that differ only in k: the MTP layer is one more decoder layer's share of W.
+        g = cfg.model.geometry
+        layers = g.num_hidden_layers + (0 if mtp else g.num_mtp_layers)
+        per_layer = base // max(1, layers)
+        value = base + per_layer * g.num_mtp_layers if mtp else base - per_layer * g.num_mtp_layers
+        return (
+            value,
+            "estimate",
+            f"W with MTP {'off' if mtp else 'on'} ({base / GIB:.2f} GiB, {_logs(other)})"
+            f" {'+' if mtp else '-'} one layer's average share ({per_layer / GIB:.2f} GiB): no pair of boots "
+            "differing only in MTP identifies the MTP layer (the real one may be larger: its own head)",
+        )
 
 
 def _logs(rows: Iterable[tuple[str, str, bool, int, str]]) -> str:
@@ -346,6 +325,42 @@ def fit_weights(points: Iterable[Point]) -> WeightsModel:
 
 
 @dataclass(frozen=True)
+class ReleaseOffset:
+    """A release's P overhead beyond the fitted residual, from the appliance's documented boots."""
+
+    release: str
+    dcp: int
+    bytes: int
+    boots: tuple[str, ...]
+
+    def describe(self, own: bool) -> str:
+        where = f"{self.release} at DCP{self.dcp}"
+        how = "" if own else " (another release's: an estimate)"
+        return (
+            f"release overhead {self.bytes / 2**20:+,.1f} MiB{how}, fitted on the documented boots of {where}"
+            f" ({', '.join(self.boots)})"
+        )
+
+
+def pick_offset(
+    offsets: Iterable[ReleaseOffset], release: str | None, dcp: int
+) -> tuple[ReleaseOffset | None, bool]:
+    """The offset of ``release`` at ``dcp``; else the nearest numbered release's at that DCP (an estimate)."""
+    from glmlaunch.config.releases import release_number
+
+    same_dcp = sorted((o for o in offsets if o.dcp == dcp), key=lambda o: o.release)
+    exact = next((o for o in same_dcp if o.release == release), None)
+    if exact is not None:
+        return exact, True
+    numbered = [o for o in same_dcp if release_number(o.release) is not None]
+    target = release_number(release)
+    if not numbered or target is None:
+        # an unknown release: the fit alone (the release the rig's own boot logs ran)
+        return None, False
+    return min(numbered, key=lambda o: (abs((release_number(o.release) or 0) - target), o.release)), False
+
+
+@dataclass(frozen=True)
 class TermModel:
     """Every term's fit, for one rig (GPU model), stack and parallel shape."""
 
@@ -358,6 +373,17 @@ class TermModel:
     # N's residual per vLLM build (two builds of the same stack logged 0.23 and 0.45 GiB): used when the
     # plan names its build, the fit over every build otherwise.
     n_by_version: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    # A release's overhead on P beyond the fit (release, DCP, bytes, the documented boots it came from):
+    # later releases profile more than the r14 logs the residual coefficients come from (the appliance's
+    # documented capacities: about 1.5 GiB more at r9-r11 DCP2, 0.8-1.7 GiB at r20-r28 DCP4).
+    release_offsets: tuple[ReleaseOffset, ...] = ()
+
+    def release_offset(self, cfg: DeploymentConfig) -> tuple[ReleaseOffset | None, bool]:
+        """The offset for ``cfg``'s release and DCP, and whether it is that release's own.
+
+        Another release's (the nearest numbered one at the same DCP) stands in, as an estimate, when this
+        release has none; a plan that names no release takes none (the fit of the rig's own logs)."""
+        return pick_offset(self.release_offsets, cfg.release_effective, cfg.parallel.dcp)
 
     def coefficients(self) -> dict[str, dict[str, float]]:
         return {t: dict(f.coefficients) for t, f in self.fits.items()}
@@ -367,11 +393,14 @@ class TermModel:
         terms: dict[str, int] = {}
         residuals: dict[str, int] = {}
         explain: dict[str, str] = {}
+        offset, own = self.release_offset(cfg)
         n_build = next((b for b in self.n_by_version if version is not None and b[0] == version), None)
         for term, fit in self.fits.items():
             r = fit.residual_bytes(cfg)
             if term == "n" and n_build is not None:
                 r = n_build[1]
+            if term == "p" and offset is not None:
+                r += offset.bytes
             residuals[term] = r
             terms[term] = items[term] + r
             worst = max((abs(v) for _, v in fit.residuals), default=0)
@@ -388,9 +417,12 @@ class TermModel:
                     f"from {', '.join(n_build[2])}"
                 )
                 continue
+            release_part = ""
+            if term == "p" and offset is not None:
+                release_part = f" + {offset.describe(own)}"
             explain[term] = (
                 f"{TERM_DOC[term]} = itemized {items[term] / 2**20:,.1f} MiB + residual {fit.formula(cfg)}"
-                f" = {terms[term] / GIB:.3f} GiB; from {src}; max |residual| on them "
+                f"{release_part} = {terms[term] / GIB:.3f} GiB; from {src}; max |residual| on them "
                 f"{worst / 2**20:,.1f} MiB{unid}"
             )
         w = self.weights.predict(cfg, version)
@@ -419,8 +451,17 @@ def fit_model(
     description: str = "",
     prior_weights: WeightsModel | None = None,
     prior_n_by_version: tuple[tuple[str, int, tuple[str, ...]], ...] = (),
+    release_offsets: tuple[ReleaseOffset, ...] = (),
 ) -> TermModel:
-    """Fit every term from ``points`` (each with its itemized part computed for its own configuration)."""
+    """Fit every term from ``points`` (each with its itemized part computed for its own configuration).
+
+    ``release_offsets`` (the rig defaults' release overheads) stay part of the model: a point's P residual
+    is taken past its release's offset, so a record corrects the prior it is compared with."""
+
+    def p_offset(cfg: DeploymentConfig) -> int:
+        off, _own = pick_offset(release_offsets, cfg.release_effective, cfg.parallel.dcp)
+        return off.bytes if off is not None else 0
+
     rows: dict[str, list[tuple[str, Mapping[str, float], float]]] = {t: [] for t in TERMS}
     n_rows: dict[str, tuple[Mapping[str, float], float]] = {}
     for p in points:
@@ -431,7 +472,7 @@ def fit_model(
             if v is not None:
                 rows[term].append((p.label, x, float(v - items[term])))
         if p.p is not None:
-            rows["p"].append((p.label, x, float(p.p - items["p"])))
+            rows["p"].append((p.label, x, float(p.p - items["p"] - p_offset(p.config))))
         if p.n is not None:
             n_rows[p.label] = (x, float(p.n - items["n"]))
     fits = {
@@ -450,7 +491,11 @@ def fit_model(
             n_resid = sum(same) / len(same) if same else fits["n"].residual_bytes(p.config)
             n_fit = items["n"] + n_resid
             rows["p"].append(
-                (f"{p.label} (P = P+N - fitted N)", features(p.config), float(p.pn - n_fit - items["p"]))
+                (
+                    f"{p.label} (P = P+N - fitted N)",
+                    features(p.config),
+                    float(p.pn - n_fit - items["p"] - p_offset(p.config)),
+                )
             )
     fits["p"] = fit_term("p", rows["p"], (prior or {}).get("p"), prior_source=prior_source)
     weights = fit_weights(points)
@@ -481,4 +526,5 @@ def fit_model(
         description=description,
         points=tuple(p.label for p in points),
         n_by_version=n_versions,
+        release_offsets=tuple(release_offsets),
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, model_validator
 
 from glmlaunch.calibrate.fingerprint import Fingerprint
 from glmlaunch.calibrate.logs import BootLog, RankObservation
@@ -55,6 +55,16 @@ class Calibration(BaseModel):
     # The configuration the boot ran, as glmlaunch settings over ``base_profile`` (from the log itself).
     boot_settings: dict[str, Any] = {}
     base_profile: str | None = None
+
+    @model_validator(mode="after")
+    def _one_term_set_per_rank(self) -> Calibration:
+        # every reader pairs the log's ranks with their derived terms: a file that breaks the pairing
+        # (edited by hand, cut short) is refused as a whole, never read half-way
+        if len(self.ranks) != len(self.boot.ranks):
+            raise ValueError(
+                f"{len(self.ranks)} derived term sets for {len(self.boot.ranks)} logged ranks"
+            )
+        return self
 
     @property
     def usable(self) -> bool:

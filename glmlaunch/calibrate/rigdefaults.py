@@ -15,7 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from glmlaunch.calibrate.model import TERMS, TermFit, TermModel, WeightsModel
+from glmlaunch.calibrate.model import TERMS, ReleaseOffset, TermFit, TermModel, WeightsModel
 from glmlaunch.config.registry import GLMLAUNCH_RIG_DEFAULTS
 from glmlaunch.config.schema import DeploymentConfig
 
@@ -85,6 +85,10 @@ def model_from_document(doc: dict[str, Any]) -> TermModel:
         description=doc["description"],
         points=tuple(doc["logs"]),
         n_by_version=tuple((v[0], int(v[1]), tuple(v[2])) for v in doc.get("n_by_version", [])),
+        release_offsets=tuple(
+            ReleaseOffset(o["release"], int(o["dcp"]), int(o["bytes"]), tuple(o["boots"]))
+            for o in doc.get("release_offsets", [])
+        ),
     )
 
 

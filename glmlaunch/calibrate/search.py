@@ -522,8 +522,10 @@ def _range(
                 key="scheduler.enable_chunked_prefill",
                 value=False,
             )
-        # vLLM needs room for every sequence's decode step (1 + MTP tokens) in one batch
-        floor = max(knob.step, config.scheduler.max_num_seqs * config.decode_step)
+        # vLLM needs room for every sequence's decode step (1 + MTP tokens) in one batch, and an explicit
+        # EXL3 prefill arena lives inside one scheduler chunk (exl3-prefill-capacity-above-scheduler)
+        arena = config.exl3.prefill_capacity if config.is_exl3 else None
+        floor = max(knob.step, config.scheduler.max_num_seqs * config.decode_step, arena or 0)
         lo = -(-floor // knob.step)
         top = min(int(upper), MAX_TOKENS) if upper is not None else config.scheduler.max_model_len
         hi = top // knob.step

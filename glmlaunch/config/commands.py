@@ -43,6 +43,8 @@ def resolve(profile: str | None, overrides: Sequence[str]) -> Resolved:
     register_config_secrets(resolved.config.env, resolved.config.vllm_args)
     for diag in resolved.warnings:
         warn(diag.one_line())
+    for diag in resolved.notes:
+        note(diag.one_line())
     return resolved
 
 

@@ -24,13 +24,15 @@ class Source:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    level: Literal["error", "warning"]
+    level: Literal["error", "warning", "note"]
     key: str
     message: str
     value: object = None
     allowed: tuple[str, ...] = ()
     source: str | None = None
     hint: str | None = None
+    #: the validation rule that found it (config/rules.py), when one did
+    rule: str | None = None
 
     def as_error(self) -> ConfigError:
         return ConfigError(

@@ -6,8 +6,12 @@ Two tables:
   Deployment settings are also reachable as ``GLMLAUNCH_<SECTION>__<FIELD>``
   (:mod:`glmlaunch.config.resolve`).
 * :data:`MANAGED`: the variables a resolved configuration produces for vLLM and the kernel library,
-  per library stack. One knob becomes every name the stack actually reads and nothing it never reads
-  (sparkinfer de04125 reads ``SPARKINFER_*`` and ignores ``B12X_*``; b12x >= 1.1 reads ``B12X_*``).
+  per library generation (``stack``). One knob becomes every name that generation's launchers export
+  (the r12 chain and the r28 appliance export the DMA wire mode as VLLM_, SPARKINFER_ and B12X_ names;
+  B12X from r29 drops every SPARKINFER_ name); a setting left null is not exported at all, so the
+  library's own default applies.
+* :data:`KNOWN_PASSTHROUGH`: names the deployments export that glmlaunch does not make settings of, each
+  with the reason (a kernel route switch, a host path, the toolchain).
 
 Modelled on vLLM's ``envs.py``: a name, a type, a default, and a line of documentation each.
 """
@@ -25,9 +29,14 @@ if TYPE_CHECKING:
     # which every command that only needs a variable's name (output.py, profiles, hw) would pay.
     from glmlaunch.config.schema import DeploymentConfig, Stack
 
-ALL_STACKS: frozenset[Stack] = frozenset({"sparkinfer-r12", "b12x"})
+ALL_STACKS: frozenset[Stack] = frozenset({"sparkinfer-r12", "sparkinfer-r28", "b12x"})
+#: the SparkInfer generations: their launchers export SPARKINFER_* names
+SPARKINFER: frozenset[Stack] = frozenset({"sparkinfer-r12", "sparkinfer-r28"})
 R12: frozenset[Stack] = frozenset({"sparkinfer-r12"})
+R28: frozenset[Stack] = frozenset({"sparkinfer-r28"})
 B12X: frozenset[Stack] = frozenset({"b12x"})
+#: the r28 launchers also export two B12X_* names (the supertile and the DMA wire), as B12X does
+R28_B12X: frozenset[Stack] = frozenset({"sparkinfer-r28", "b12x"})
 
 # --- glmlaunch's own variables ---------------------------------------------------------------
 
@@ -125,7 +134,7 @@ def _dma_min(c: DeploymentConfig) -> str | None:
     return "off" if c.comm.dma_min_bytes is None else env_size(c.comm.dma_min_bytes)
 
 
-def _when_pcie(fn: Callable[[DeploymentConfig], str]) -> Callable[[DeploymentConfig], str | None]:
+def _when_pcie(fn: Callable[[DeploymentConfig], str | None]) -> Callable[[DeploymentConfig], str | None]:
     return lambda c: fn(c) if c.comm.pcie_allreduce else None
 
 
@@ -135,6 +144,16 @@ def _when_dcp(fn: Callable[[DeploymentConfig], str | None]) -> Callable[[Deploym
 
 def _wire(c: DeploymentConfig) -> str | None:
     return c.comm.dma_wire_mode if c.comm.pcie_allreduce else None
+
+
+def _k6(c: DeploymentConfig) -> bool:
+    return c.model.online_quant == "exl3-b6"
+
+
+def _absorb_bmm(c: DeploymentConfig) -> str | None:
+    if c.model.absorb_bmm is not None:
+        return _flag(c.model.absorb_bmm)
+    return {"exl3-b6": "0", "mxfp8": "1"}.get(c.model.online_quant)
 
 
 def _dynamic_scale(c: DeploymentConfig) -> str | None:
@@ -181,17 +200,16 @@ MANAGED: tuple[EnvSpec, ...] = (
     ),
     EnvSpec(
         "SPARKINFER_PCIE_DMA_FP8",
-        "DMA wire mode as the sparkinfer r12 library reads it",
+        "DMA wire mode as the SparkInfer library reads it",
         _wire,
         ("comm.dma_wire_mode",),
-        R12,
+        SPARKINFER,
     ),
     EnvSpec(
         "B12X_PCIE_DMA_FP8",
-        "DMA wire mode as b12x >= 1.1 reads it",
+        "DMA wire mode as b12x >= 1.1 reads it (the r12 chain and r28 launchers export it too)",
         _wire,
         ("comm.dma_wire_mode",),
-        B12X,
     ),
     EnvSpec(
         "VLLM_PCIE_DMA_MIN_BYTES",
@@ -214,21 +232,21 @@ MANAGED: tuple[EnvSpec, ...] = (
     EnvSpec(
         "SPARKINFER_PCIE_ONESHOT_PUSH",
         "one-shot push mode (eager slab grows W-fold)",
-        _when_pcie(lambda c: _flag(c.comm.oneshot_push)),
+        _when_pcie(lambda c: _opt_flag(c.comm.oneshot_push)),
         ("comm.oneshot_push",),
-        R12,
+        SPARKINFER,
     ),
     EnvSpec(
         B12X_PCIE_ONESHOT_PUSH,
         "one-shot push mode (eager slab grows W-fold)",
-        _when_pcie(lambda c: _flag(c.comm.oneshot_push)),
+        _when_pcie(lambda c: _opt_flag(c.comm.oneshot_push)),
         ("comm.oneshot_push",),
         B12X,
     ),
     EnvSpec(
         "VLLM_PCIE_ONESHOT_SINGLE_CHANNEL",
         "1 = one channel for eager and every capture",
-        _when_pcie(lambda c: _flag(c.comm.single_channel)),
+        _when_pcie(lambda c: _opt_flag(c.comm.single_channel)),
         ("comm.single_channel",),
     ),
     EnvSpec(
@@ -252,29 +270,29 @@ MANAGED: tuple[EnvSpec, ...] = (
     EnvSpec(
         "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB",
         "caps the prefill indexer plan rows: MB * 2^20 / 4 / supertile",
-        lambda c: str(c.indexer.max_logits_mb),
+        lambda c: _opt_int(c.indexer.max_logits_mb),
         ("indexer.max_logits_mb",),
     ),
     EnvSpec(
         "SPARKINFER_PAGED_INDEX_SUPERTILE_K",
         "paged indexer supertile tokens",
-        lambda c: str(c.indexer.supertile_k),
+        lambda c: _opt_int(c.indexer.supertile_k),
         ("indexer.supertile_k",),
-        R12,
+        SPARKINFER,
     ),
     EnvSpec(
         B12X_PAGED_INDEX_SUPERTILE_K,
-        "paged indexer supertile tokens",
-        lambda c: str(c.indexer.supertile_k),
+        "paged indexer supertile tokens (the r28 launchers export it beside the SparkInfer name)",
+        lambda c: _opt_int(c.indexer.supertile_k),
         ("indexer.supertile_k",),
-        B12X,
+        R28_B12X,
     ),
     EnvSpec(
         "SPARKINFER_INDEXER_TWO_LEVEL_FOLD",
         "two-level top-k fold: auto, 0, 1",
         lambda c: c.indexer.fold,
         ("indexer.fold",),
-        R12,
+        SPARKINFER,
     ),
     EnvSpec(
         B12X_INDEXER_TWO_LEVEL_FOLD,
@@ -286,28 +304,28 @@ MANAGED: tuple[EnvSpec, ...] = (
     EnvSpec(
         "SPARKINFER_INDEXER_TWO_LEVEL_FOLD_MAX_MIB",
         "budget of the fold's per-call candidate slab",
-        lambda c: str(c.indexer.fold_max_mib),
+        lambda c: _opt_int(c.indexer.fold_max_mib),
         ("indexer.fold_max_mib",),
-        R12,
+        SPARKINFER,
     ),
     EnvSpec(
         B12X_INDEXER_TWO_LEVEL_FOLD_MAX_MIB,
         "budget of the fold's per-call candidate slab",
-        lambda c: str(c.indexer.fold_max_mib),
+        lambda c: _opt_int(c.indexer.fold_max_mib),
         ("indexer.fold_max_mib",),
         B12X,
     ),
     EnvSpec(
         "SPARKINFER_FUSED_INDEXER",
         "fused decode indexer route (rows <= 16)",
-        lambda c: _flag(c.indexer.fused),
+        lambda c: _opt_flag(c.indexer.fused),
         ("indexer.fused",),
-        R12,
+        SPARKINFER,
     ),
     EnvSpec(
         B12X_FUSED_INDEXER,
         "fused decode indexer route (rows <= 16)",
-        lambda c: _flag(c.indexer.fused),
+        lambda c: _opt_flag(c.indexer.fused),
         ("indexer.fused",),
         B12X,
     ),
@@ -395,6 +413,84 @@ MANAGED: tuple[EnvSpec, ...] = (
         _when_dcp(lambda c: _opt_int(c.dcp_policy.ckv_prefetch_workspace_mib)),
         ("dcp_policy.ckv_prefetch_workspace_mib",),
     ),
+    EnvSpec(
+        "VLLM_B12X_MLA_CKV_GATHER_MIN_TOKENS",
+        "prefill tokens from which the compressed-KV gather applies",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.ckv_gather_min_tokens)),
+        ("dcp_policy.ckv_gather_min_tokens",),
+    ),
+    EnvSpec(
+        "VLLM_B12X_MLA_DCP_GATHER_IN_WORKSPACE",
+        "1 = gather the DCP compressed KV into the workspace arena (else a transient)",
+        _when_dcp(lambda c: _opt_flag(c.dcp_policy.gather_in_workspace)),
+        ("dcp_policy.gather_in_workspace",),
+    ),
+    EnvSpec(
+        "VLLM_DCP_PROJECT_BEFORE_MERGE",
+        "1 = project to v_head_dim before the DCP merge (A2A output head dim 512 -> 256)",
+        _when_dcp(lambda c: _opt_flag(c.dcp_policy.project_before_merge)),
+        ("dcp_policy.project_before_merge",),
+    ),
+    EnvSpec(
+        "VLLM_DCP_PROJECT_BEFORE_MERGE_MIN_PREFILL_TOKENS",
+        "prefill tokens from which project-before-merge applies",
+        _when_dcp(lambda c: _opt_int(c.dcp_policy.project_before_merge_min_prefill_tokens)),
+        ("dcp_policy.project_before_merge_min_prefill_tokens",),
+    ),
+    EnvSpec(
+        "VLLM_B12X_ABSORB_BMM",
+        "absorbed-BMM MLA path (off with online K6, on with online MXFP8)",
+        _absorb_bmm,
+        ("model.absorb_bmm", "model.online_quant"),
+    ),
+    EnvSpec(
+        "VLLM_EXL3_ONLINE_TRELLIS_BITS",
+        "online EXL3 Trellis bits for the checkpoint's BF16 linears (6 = K6)",
+        lambda c: "6" if _k6(c) else None,
+        ("model.online_quant",),
+    ),
+    EnvSpec(
+        "VLLM_EXL3_ENCODER_SOURCE",
+        "the exllamav3 tree that encodes online K6",
+        lambda c: c.exl3.online_encoder_source if _k6(c) else None,
+        ("exl3.online_encoder_source", "model.online_quant"),
+    ),
+    EnvSpec(
+        "VLLM_EXL3_ONLINE_CACHE_DIR",
+        "where online-K6 tensors are cached between boots",
+        lambda c: c.exl3.online_cache_dir if _k6(c) else None,
+        ("exl3.online_cache_dir", "model.online_quant"),
+    ),
+    EnvSpec(
+        "VLLM_EXL3_ONLINE_CACHE_MODE",
+        "how the online-K6 cache is used",
+        lambda c: c.exl3.online_cache_mode if _k6(c) else None,
+        ("exl3.online_cache_mode", "model.online_quant"),
+    ),
+    EnvSpec(
+        "LMCACHE_MODE",
+        "LMCache tiers: ram (DRAM only) or disk (DRAM + a bounded NVMe tier)",
+        lambda c: ("disk" if c.lmcache_config.disk_gb else "ram") if c.lmcache else None,
+        ("lmcache", "lmcache_config.disk_gb"),
+    ),
+    EnvSpec(
+        "LMCACHE_L2_GB",
+        "LMCache's NVMe tier in GiB (0 = DRAM only)",
+        lambda c: str(c.lmcache_config.disk_gb) if c.lmcache else None,
+        ("lmcache", "lmcache_config.disk_gb"),
+    ),
+    EnvSpec(
+        "LMCACHE_DISABLE_BANNER",
+        "no LMCache banner in vLLM's log (the appliance's LMCache wrapper sets it)",
+        lambda c: "1" if c.lmcache else None,
+        ("lmcache",),
+    ),
+    EnvSpec(
+        "NCCL_BUFFSIZE",
+        "NCCL buffer bytes per channel (default 4 MiB)",
+        lambda c: _opt_int(c.comm.nccl.buffsize),
+        ("comm.nccl.buffsize",),
+    ),
     EnvSpec("NCCL_PROTO", "NCCL protocols", lambda c: c.comm.nccl.proto, ("comm.nccl.proto",)),
     EnvSpec("NCCL_P2P_LEVEL", "NCCL P2P level", lambda c: c.comm.nccl.p2p_level, ("comm.nccl.p2p_level",)),
     EnvSpec(
@@ -419,44 +515,116 @@ MANAGED: tuple[EnvSpec, ...] = (
 
 MANAGED_BY_NAME: dict[str, EnvSpec] = {spec.name: spec for spec in MANAGED}
 
-#: vLLM / library variables that glmlaunch does not manage but knows to be real, so passing them
-#: through `env:` raises no "unknown name" warning.
-KNOWN_PASSTHROUGH: frozenset[str] = frozenset(
-    {
-        "VLLM_LOGGING_LEVEL",
-        "VLLM_CONFIGURE_LOGGING",
-        "VLLM_LOGGING_CONFIG_PATH",
-        "VLLM_CACHE_ROOT",
-        "VLLM_CONFIG_ROOT",
-        "VLLM_USE_MODELSCOPE",
-        "VLLM_WORKER_MULTIPROC_METHOD",
-        "VLLM_HOST_IP",
-        "VLLM_PORT",
-        "VLLM_RPC_TIMEOUT",
-        "VLLM_ENGINE_ITERATION_TIMEOUT_S",
-        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
-        "VLLM_DEBUG_WORKSPACE",
-        "VLLM_SLEEP_WHEN_IDLE",
-        "VLLM_USE_FLASHINFER_SAMPLER",
-        "VLLM_FLASHINFER_MOE_BACKEND",
-        "VLLM_TORCH_PROFILER_DIR",
-        "VLLM_NO_USAGE_STATS",
-        "VLLM_DO_NOT_TRACK",
-        "VLLM_API_KEY",
-        "VLLM_MARLIN_USE_ATOMIC_ADD",
-        "VLLM_ATTENTION_BACKEND",
-        "VLLM_ENABLE_V1_MULTIPROCESSING",
-        # the r14 GLM-5.2 EXL3 launcher's `profile runtime:` knobs (real boot logs, tests/fixtures/boot-logs)
-        "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE",
-        "VLLM_DISABLE_SHARED_EXPERTS_STREAM",
-        "VLLM_EXL3_PREFILL_BLOCK_M",
-        "VLLM_EXL3_PREFILL_CHUNK",
-        "VLLM_EXL3_TRELLIS_BLOCK_M",
-        "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD",
-        "VLLM_PCIE_ONESHOT_ALLOW_CROSS_NUMA",
-        "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD",
-    }
-)
+_ROUTE = "kernel route switch: picks a kernel, allocates nothing the ledger sizes"
+_SPARK_ROUTE = "SparkInfer " + _ROUTE
+_B12X_ROUTE = "b12x " + _ROUTE
+_VLLM_ROUTE = "vLLM " + _ROUTE
+_TOOLCHAIN = "toolchain or process setting of the serving image (no GPU memory)"
+_HOST_PATH = "a cache directory on the host (host-derived path)"
+_CPP_AR = "the C++ all-reduce's NCCL crossover (used when the PCIe all-reduce is off)"
+_DCP_ROUTE = "DCP attention route choice of the r12-r28 launchers; its memory is not modelled separately"
+
+#: vLLM / library variables that glmlaunch does not manage but knows to be real, each with why it is not a
+#: setting, so passing them through `env:` raises no "unknown name" warning.
+KNOWN_PASSTHROUGH: dict[str, str] = {
+    "VLLM_LOGGING_LEVEL": "vLLM logging",
+    "VLLM_CONFIGURE_LOGGING": "vLLM logging",
+    "VLLM_LOGGING_CONFIG_PATH": "vLLM logging",
+    "VLLM_CACHE_ROOT": _HOST_PATH,
+    "VLLM_CACHE_DIR": _HOST_PATH,
+    "VLLM_CONFIG_ROOT": _HOST_PATH,
+    "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": _HOST_PATH,
+    "VLLM_USE_MODELSCOPE": "where vLLM downloads from",
+    "VLLM_WORKER_MULTIPROC_METHOD": "how vLLM starts its workers",
+    "VLLM_HOST_IP": "vLLM's distributed bootstrap address",
+    "VLLM_PORT": "vLLM's distributed bootstrap port",
+    "VLLM_RPC_TIMEOUT": "vLLM timeouts",
+    "VLLM_ENGINE_ITERATION_TIMEOUT_S": "vLLM timeouts",
+    "VLLM_ENGINE_READY_TIMEOUT_S": "vLLM timeouts (the appliance allows an hour for cold K6 loads)",
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "vLLM's context-length guard",
+    "VLLM_DEBUG_WORKSPACE": "vLLM prints every workspace resize (a measurement aid)",
+    "VLLM_SLEEP_WHEN_IDLE": "vLLM's idle loop",
+    "VLLM_USE_FLASHINFER_SAMPLER": _VLLM_ROUTE,
+    "VLLM_FLASHINFER_MOE_BACKEND": _VLLM_ROUTE,
+    "VLLM_TORCH_PROFILER_DIR": "vLLM's torch profiler output",
+    "VLLM_NO_USAGE_STATS": "telemetry off",
+    "VLLM_DO_NOT_TRACK": "telemetry off",
+    "VLLM_API_KEY": "the server's API key (a secret: masked everywhere)",
+    "VLLM_MARLIN_USE_ATOMIC_ADD": _VLLM_ROUTE,
+    "VLLM_ATTENTION_BACKEND": "the attention backend (the profile's server.attention_backend is the flag)",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "how vLLM starts its engine",
+    "VLLM_USE_AOT_COMPILE": "vLLM's ahead-of-time compile cache (start-up time, not memory)",
+    "VLLM_USE_MEGA_AOT_ARTIFACT": "vLLM's ahead-of-time compile cache (start-up time, not memory)",
+    "VLLM_USE_BREAKABLE_CUDAGRAPH": _VLLM_ROUTE,
+    "VLLM_USE_FUSED_MOE_GROUPED_TOPK": _VLLM_ROUTE,
+    "VLLM_DISABLED_KERNELS": _VLLM_ROUTE,
+    "VLLM_USE_B12X_FP8_GEMM": _VLLM_ROUTE,
+    "VLLM_USE_B12X_MHC": _VLLM_ROUTE,
+    "VLLM_USE_B12X_MOE": _VLLM_ROUTE,
+    "VLLM_USE_B12X_WO_PROJECTION": _VLLM_ROUTE,
+    "VLLM_USE_B12X_PCIE_DMA": "the r12 chain's DMA switch; comm.dma_min_bytes decides if the DMA is built",
+    "VLLM_CPP_AR_1STAGE_NCCL_CUTOFF": _CPP_AR,
+    "VLLM_CPP_AR_IGNORE_CUTOFF_MAX_ROWS": _CPP_AR,
+    "VLLM_RTX6K_FUSED_ALLREDUCE_ADD": _VLLM_ROUTE,
+    "VLLM_RTX6K_FUSED_ALLREDUCE_ADD_END_BARRIER": _VLLM_ROUTE,
+    "VLLM_DCP_GLOBAL_TOPK": _DCP_ROUTE,
+    "VLLM_DCP_A2A_LARGE_BACKEND": "route of DCP exchanges above VLLM_DCP_A2A_MAX_TOKENS (ag_rs: all-gather + "
+    "reduce-scatter, sized per request, not at startup)",
+    "VLLM_DCP_SHARD_DRAFT": _DCP_ROUTE,
+    "VLLM_B12X_MLA_SPEC_DECODE_MAX_Q": _DCP_ROUTE,
+    "VLLM_B12X_MLA_EXTEND_MAX_CHUNKS": _DCP_ROUTE,
+    "VLLM_NVFP4_MLA_SCALES_FILE": "the static-calibrated NVFP4 scale artifact (a path; static mode needs it)",
+    "VLLM_NF3_GRID188_DECODE": "a kernel switch of the NF3-hybrid checkpoints (no EXL3 memory)",
+    "VLLM_EXL3_PREFILL_TRELLIS": "EXL3 route switch of the r12 chain",
+    "VLLM_EXL3_TRELLIS_MIN_M": "EXL3 route floor (smallest Trellis batch)",
+    "VLLM_EXL3_ENCODER_REVISION": "the exllamav3 revision encoding online K6 (r34 line)",
+    # the r14 GLM-5.2 EXL3 launcher's `profile runtime:` knobs (real boot logs, tests/fixtures/boot-logs)
+    "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE": _DCP_ROUTE,
+    "VLLM_DISABLE_SHARED_EXPERTS_STREAM": "shared-experts stream on/off (one CUDA stream more or less)",
+    "VLLM_EXL3_PREFILL_BLOCK_M": "EXL3 prefill tile rows (its arena is sized by the prefill capacity)",
+    "VLLM_EXL3_PREFILL_CHUNK": "EXL3 prefill chunk rows (its arena is sized by the prefill capacity)",
+    "VLLM_EXL3_TRELLIS_BLOCK_M": "EXL3 Trellis tile rows",
+    "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD": _VLLM_ROUTE,
+    "VLLM_PCIE_ONESHOT_ALLOW_CROSS_NUMA": "lets the one-shot all-reduce run across NUMA nodes (no memory)",
+    "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD": _VLLM_ROUTE,
+    "SPARKINFER_INDEXER_DIRECT_K": _SPARK_ROUTE,
+    "SPARKINFER_INDEXER_STREAM_SCORER": _SPARK_ROUTE,
+    "SPARKINFER_MLA_PREFILL_STRATEGY": _SPARK_ROUTE,
+    "SPARKINFER_MLA_SM120_NUM_SPLITS": _SPARK_ROUTE,
+    "SPARKINFER_MLA_SM120_PREFILL_MG": _SPARK_ROUTE,
+    "SPARKINFER_W4A16_SMALL_M_DIRECT": _SPARK_ROUTE,
+    "B12X_DENSE_SPLITK_TURBO": _B12X_ROUTE,
+    "B12X_MLA_SM120_UNIFIED": _B12X_ROUTE,
+    "B12X_MOE_FORCE_A16": _B12X_ROUTE,
+    "B12X_MOE_FORCE_A8": _B12X_ROUTE,
+    "B12X_W4A16_TC_DECODE": _B12X_ROUTE,
+    "B12X_W4A8_TINY_DECODE": _B12X_ROUTE,
+    "B12X_MHC_MAX_TOKENS": "token cap of the b12x mHC kernel route (its scratch is not modelled)",
+    "B12X_CUTE_COMPILE_CACHE_DIR": _HOST_PATH,
+    "CUDA_DEVICE_MAX_CONNECTIONS": _TOOLCHAIN,
+    "CUTE_DSL_ARCH": _TOOLCHAIN,
+    "TORCH_CUDA_ARCH_LIST": _TOOLCHAIN,
+    "FLASHINFER_CUDA_ARCH_LIST": _TOOLCHAIN,
+    "FLASHINFER_DISABLE_VERSION_CHECK": _TOOLCHAIN,
+    "OMP_NUM_THREADS": _TOOLCHAIN,
+    "SAFETENSORS_FAST_GPU": "safetensors loads straight to the GPU (load time)",
+    "DO_NOT_TRACK": "telemetry off",
+    "HF_HUB_DISABLE_TELEMETRY": "telemetry off",
+    "HF_HUB_OFFLINE": "no hub downloads at serve time (the weights are on disk)",
+    "INSTANTTENSOR_BACKEND": "the InstantTensor loader (model.load_format instanttensor)",
+    "INSTANTTENSOR_COPY": "the InstantTensor loader (model.load_format instanttensor)",
+    "INSTANTTENSOR_BUFFER_SIZE": "the InstantTensor loader (model.load_format instanttensor)",
+    "INSTANTTENSOR_MAX_FREE_MEM_USAGE": "the InstantTensor loader (model.load_format instanttensor)",
+    "LMCACHE_L1_GB": "LMCache's DRAM tier, sized on the host from lmcache_config.offload_fraction",
+    "LMCACHE_L2_PATH": "LMCache's NVMe tier directory (host-derived path)",
+    "DCP_TOPK_OWNER_MERGE": "the appliance calibrator's input; vLLM reads VLLM_DCP_TOPK_OWNER_MERGE",
+    "DCP_INDEXER_SHARDS": "the appliance calibrator's input; vLLM reads VLLM_DCP_INDEXER_SHARDS (managed)",
+    "DCP_PREFILL_WORKSPACE": "the r34 launcher's input; vLLM reads VLLM_B12X_MLA_CKV_PREFETCH_WORKSPACE_MIB",
+    "TORCHINDUCTOR_CACHE_DIR": _HOST_PATH,
+    "TRITON_CACHE_DIR": _HOST_PATH,
+    "CUDA_CACHE_PATH": _HOST_PATH,
+    "XDG_CACHE_HOME": _HOST_PATH,
+}
 
 
 #: The managed names of every stack, so a name that only another stack reads can be flagged.

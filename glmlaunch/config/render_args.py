@@ -36,6 +36,10 @@ MANAGED_FLAGS: dict[str, str] = {
     "-O": "cudagraph.*",
     "--gpu-memory-utilization": "memory.gpu_memory_utilization",
     "--kv-cache-memory-bytes": "memory.kv_cache_memory_bytes",
+    "--num-gpu-blocks-override": "memory.num_gpu_blocks_override",
+    "--max-cudagraph-capture-size": "cudagraph.max_capture_size",
+    "--quantization-config": "model.online_quant",
+    "--kv-transfer-config": "lmcache / lmcache_config.*",
     "--max-model-len": "scheduler.max_model_len",
     "--max-num-seqs": "scheduler.max_num_seqs",
     "--max-num-batched-tokens": "scheduler.max_num_batched_tokens",
@@ -74,7 +78,8 @@ def speculative_config(config: DeploymentConfig) -> dict[str, Any] | None:
     if spec.num_speculative_tokens == 0:
         return None
     out: dict[str, Any] = {}
-    draft = spec.model or config.model.path
+    # vLLM's MTP reads the target's own MTP layer when no model is named; the r12 chain named the target.
+    draft = spec.model or (config.model.path if spec.draft == "target" else None)
     if draft:
         out["model"] = draft
     out["method"] = spec.method
@@ -82,14 +87,63 @@ def speculative_config(config: DeploymentConfig) -> dict[str, Any] | None:
     if spec.moe_backend:
         out["moe_backend"] = spec.moe_backend
     out["draft_sample_method"] = spec.draft_sample_method
+    if spec.rejection_sample_method is not None:
+        out["rejection_sample_method"] = spec.rejection_sample_method
     return out
 
 
-def hf_overrides(config: DeploymentConfig) -> dict[str, Any]:
+#: ``--quantization-config`` per online quantization of GLM-5.2's BF16 linears. exl3-b6 uses vLLM's MXFP8
+#: selector only to pick the eligible modules (VLLM_EXL3_ONLINE_TRELLIS_BITS=6 converts them to Trellis K6
+#: instead); both skip the MLA down-projections, the router and the MTP layer's eh_proj.
+ONLINE_QUANT_CONFIG: dict[str, dict[str, Any]] = {
+    "mxfp8": {
+        "linear": {"weight": "mxfp8"},
+        "ignore": [r"re:.*\.q_a_proj$", r"re:.*kv_a_proj_with_mqa", "lm_head"],
+    },
+    "exl3-b6": {
+        "linear": {"weight": "mxfp8"},
+        "shared_experts": {"weight": "mxfp8"},
+        "ignore": [
+            r"re:.*\.fused_qkv_a_proj$",
+            r"re:.*\.q_a_proj$",
+            r"re:.*kv_a_proj_with_mqa",
+            r"re:.*\.mlp\.gate$",
+            "model.layers.78.eh_proj",
+            "lm_head",
+        ],
+    },
+}
+
+
+def quantization_config(config: DeploymentConfig) -> dict[str, Any] | None:
+    return ONLINE_QUANT_CONFIG.get(config.model.online_quant)
+
+
+def kv_transfer_config(config: DeploymentConfig) -> dict[str, Any] | None:
+    """The LMCache connector, as the appliance's LMCache wrapper appends it (glm52_lmcache_wrapper.sh)."""
+    if not config.lmcache:
+        return None
+    lm = config.lmcache_config
     return {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": f"tcp://{lm.host}",
+            "lmcache.mp.port": lm.port,
+            "lmcache.mp.mq_timeout": 60,
+            "lmcache.mp.heartbeat_interval": 5,
+        },
+    }
+
+
+def hf_overrides(config: DeploymentConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "use_index_cache": config.server.use_index_cache,
         "index_topk_pattern": config.model.geometry.index_topk_pattern,
     }
+    if config.model.clamp_rope_tables:
+        out["max_position_embeddings"] = config.scheduler.max_model_len
+    return out
 
 
 def _bool_flag(argv: list[str], enabled: bool, name: str, negated: str | None = None) -> None:
@@ -130,9 +184,16 @@ def serve_args(config: DeploymentConfig) -> list[str]:
     if m.load_format:
         argv += ["--load-format", m.load_format]
     argv += ["--compilation-config", _json(compilation_config(config))]
+    if config.cudagraph.max_capture_size is not None:
+        argv += ["--max-cudagraph-capture-size", str(config.cudagraph.max_capture_size)]
+    qconf = quantization_config(config)
+    if qconf is not None:
+        argv += ["--quantization-config", _json(qconf)]
     argv += ["--gpu-memory-utilization", repr(config.memory.gpu_memory_utilization)]
     if config.memory.kv_cache_memory_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(config.memory.kv_cache_memory_bytes)]
+    if config.memory.num_gpu_blocks_override is not None:
+        argv += ["--num-gpu-blocks-override", str(config.memory.num_gpu_blocks_override)]
     argv += ["--max-model-len", str(s.max_model_len)]
     argv += ["--max-num-seqs", str(s.max_num_seqs)]
     argv += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
@@ -154,6 +215,9 @@ def serve_args(config: DeploymentConfig) -> list[str]:
     spec = speculative_config(config)
     if spec is not None:
         argv += ["--speculative-config", _json(spec)]
+    transfer = kv_transfer_config(config)
+    if transfer is not None:
+        argv += ["--kv-transfer-config", _json(transfer)]
     argv += list(config.vllm_args)
     return argv
 

@@ -46,6 +46,8 @@ class Resolved:
     warnings: tuple[Diagnostic, ...] = ()
     profile_chain: tuple[ProfileFile, ...] = ()
     overrides: tuple[str, ...] = field(default=())
+    #: findings said once and silenced by -q (a setting ignored for this configuration)
+    notes: tuple[Diagnostic, ...] = ()
 
     @property
     def profile_name(self) -> str:
@@ -320,6 +322,7 @@ def resolve_config(
         warnings=tuple(d for d in diagnostics if d.level == "warning"),
         profile_chain=tuple(chain),
         overrides=tuple(applied),
+        notes=tuple(d for d in diagnostics if d.level == "note"),
     )
 
 

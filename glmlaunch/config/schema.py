@@ -28,22 +28,39 @@ from pydantic import (
 
 from glmlaunch import no_plugin_scan
 from glmlaunch.config.limits import MAX_CAPTURE_SIZE, MAX_TOKENS
+from glmlaunch.config.releases import StackName, release_of
 from glmlaunch.config.units import GIB, KIB, MIB, parse_size
 
 # The models below are built as the module runs: the scan stays off until the end of the module.
 _models_built = no_plugin_scan()
 _models_built.__enter__()
 
-Stack = Literal["sparkinfer-r12", "b12x"]
+Stack = StackName
 Runner = Literal["v1", "v2"]
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla", "nvfp4_ds_mla"]
 DmaWireMode = Literal["0", "ag", "ring", "a2a", "i8", "i8_ring", "i8_a2a", "mx", "mx_ring", "mx_a2a"]
 FoldMode = Literal["auto", "0", "1"]
 DraftSampleMethod = Literal["greedy", "probabilistic"]
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
-#: NVFP4 MLA KV scale contract: "static" (calibrated per-layer scales, bf16 RoPE: 416 B record) or
-#: "dynamic-token" (per-token scales, FP8 RoPE: the 368 B record the launcher logs).
+#: NVFP4 MLA KV scale contract: "static" (upstream's static-calibrated scales, bf16 RoPE: the 432 B record)
+#: or "dynamic-token" (per-token scales, FP8 RoPE: the 368 B record the launcher logs).
 KvScaleMode = Literal["static", "dynamic-token"]
+
+
+def _scale_alias(value: object) -> object:
+    # upstream's configurator spells the static contract "static-calibrated"
+    if isinstance(value, str) and value.strip().lower() == "static-calibrated":
+        return "static"
+    return value
+
+
+#: Online quantization of the checkpoint's BF16 linears at load: EXL3 Trellis K6 (``exl3-b6``) or MXFP8.
+OnlineQuant = Literal["none", "exl3-b6", "mxfp8"]
+#: How the MTP drafter samples accepted tokens (vLLM's ``rejection_sample_method``).
+RejectionSampleMethod = Literal["standard", "block"]
+#: Where the MTP draft comes from: the checkpoint's own MTP layer with no ``model`` key (``native``), or
+#: the target's path written as the draft ``model`` (``target``, the r12 launcher chain's spelling).
+DraftSource = Literal["native", "target"]
 
 #: wire modes that quantize the all-reduce payload and therefore change model numerics.
 COMPRESSED_WIRE_MODES: frozenset[str] = frozenset(
@@ -169,6 +186,14 @@ class ModelGeometry(_Section):
     num_mtp_layers: int = Field(
         1, ge=0, description="multi-token-prediction (draft) layers in the checkpoint"
     )
+    q_lora_rank: int = Field(
+        2048, gt=0, description="MLA query down-projection rank (config.json q_lora_rank)"
+    )
+    first_k_dense_replace: int = Field(
+        3, ge=0, description="leading dense (non-MoE) layers (config.json first_k_dense_replace)"
+    )
+    n_routed_experts: int = Field(256, gt=0, description="routed experts per MoE layer")
+    moe_intermediate_size: int = Field(2048, gt=0, description="intermediate size of one routed expert")
     max_position_embeddings: int = Field(
         1_048_576, gt=0, le=MAX_TOKENS, description="longest context the model supports (config.json)"
     )
@@ -204,7 +229,32 @@ class ModelSection(_Section):
     load_format: str | None = Field(None, description="vLLM --load-format, e.g. safetensors")
     trust_remote_code: bool = Field(True, description="pass --trust-remote-code (GLM-5.2 ships its own code)")
     weights_per_rank: ByteSize | None = Field(
-        None, description="device bytes of weights per rank, when known (calibration or a boot log)"
+        None,
+        description=(
+            "device bytes of weights per rank ('Model loading took'); when set it is final: the budget uses "
+            "exactly this figure, over calibration records and the built-in weights table"
+        ),
+    )
+    absorb_bmm: bool | None = Field(
+        None,
+        description=(
+            "VLLM_B12X_ABSORB_BMM; null follows model.online_quant (off with exl3-b6, on with mxfp8, unset "
+            "otherwise)"
+        ),
+    )
+    online_quant: OnlineQuant = Field(
+        "none",
+        description=(
+            "quantize the checkpoint's BF16 linears while loading: exl3-b6 (EXL3 Trellis K6, about 4.6 GiB "
+            "less per rank on GLM-5.2) or mxfp8; adds --quantization-config and the online-quant variables"
+        ),
+    )
+    clamp_rope_tables: bool = Field(
+        False,
+        description=(
+            "size the RoPE tables for scheduler.max_model_len instead of the model's 1,048,576 positions "
+            "(max_position_embeddings in --hf-overrides)"
+        ),
     )
     geometry: ModelGeometry = Field(
         ModelGeometry(), description="the model's shape as config.json gives it (GLM-5.2 by default)"
@@ -306,7 +356,19 @@ class SpeculativeSection(_Section):
     num_speculative_tokens: int = Field(0, ge=0, le=16, description="MTP k; 0 disables speculation")
     draft_sample_method: DraftSampleMethod = Field("greedy", description="how the draft samples its tokens")
     moe_backend: str | None = Field(None, description="MoE backend of the draft model (e.g. triton)")
-    model: str | None = Field(None, description="draft model; defaults to model.path")
+    model: str | None = Field(
+        None, description="an external draft model (its path or hub id); null uses `draft`"
+    )
+    draft: DraftSource = Field(
+        "native",
+        description=(
+            "with no draft model: native (the checkpoint's own MTP layer, no model key in "
+            "--speculative-config) or target (model.path written as the draft model, as the r12 chain did)"
+        ),
+    )
+    rejection_sample_method: RejectionSampleMethod | None = Field(
+        None, description="MTP rejection sampling: standard or block (null: vLLM's default, not written)"
+    )
 
 
 class AllocatorSection(_Section):
@@ -355,11 +417,26 @@ class MemorySection(_Section):
     profile_include_attn: bool = Field(
         True, description="vLLM's profile pass includes the attention transients"
     )
-    kv_scale_mode: KvScaleMode | None = Field(
+    kv_scale_mode: Annotated[
+        KvScaleMode | None,
+        BeforeValidator(_scale_alias),
+        _accepts({"anyOf": [{"enum": ["static", "dynamic-token", "static-calibrated"]}, {"type": "null"}]}),
+    ] = Field(
         None,
         description=(
-            "NVFP4 MLA KV scale contract (nvfp4_ds_mla only): 'static' keeps bf16 RoPE (416 B record), "
-            "'dynamic-token' per-token scales with FP8 RoPE (368 B record); null = static, nothing exported"
+            "NVFP4 MLA KV scale contract (nvfp4_ds_mla only; ignored with a note for other KV types): "
+            "'static' (static-calibrated scales, bf16 RoPE: 432 B record), 'dynamic-token' (per-token "
+            "scales, FP8 RoPE: 368 B record); null = static, nothing exported"
+        ),
+    )
+    num_gpu_blocks_override: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description=(
+            "pin the KV pool to this many blocks per rank (--num-gpu-blocks-override): it then holds "
+            "blocks x 64 x DCP tokens whatever memory is free; null = vLLM sizes the pool from "
+            "gpu_memory_utilization"
         ),
     )
 
@@ -372,6 +449,33 @@ class NcclSection(_Section):
     ib_disable: bool = Field(True, description="NCCL_IB_DISABLE: no InfiniBand on a PCIe box")
     socket_ifname: str | None = Field(
         "lo", description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (the bootstrap interface)"
+    )
+    buffsize: ByteSize | None = Field(
+        None,
+        description=(
+            "NCCL_BUFFSIZE: bytes per channel buffer (NCCL's default 4 MiB); 1 MiB returned about 208 MiB "
+            "per GPU on the rig (upstream r17); null leaves it unset"
+        ),
+    )
+
+
+class LmcacheSection(_Section):
+    """LMCache prefix offload (used when ``lmcache`` is true): the connector vLLM gets and its tiers.
+
+    glmlaunch passes vLLM the connector (``--kv-transfer-config``) and the variables; the LMCache server
+    itself is started by the container or the supervised serve, as the appliance's wrapper does.
+    """
+
+    host: str = Field("127.0.0.1", description="LMCache server address (lmcache.mp.host)")
+    port: int = Field(5555, ge=1, le=65535, description="LMCache server port (lmcache.mp.port)")
+    offload_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="share of host memory for LMCache's DRAM tier (the server sizes it on the host)",
+    )
+    disk_gb: int = Field(
+        0, ge=0, description="LMCache's bounded NVMe tier in GiB (LMCACHE_L2_GB); 0 keeps DRAM only"
     )
 
 
@@ -427,12 +531,16 @@ class CommSection(_Section):
     oneshot_fused_max_size: ByteSize = Field(
         84 * KIB, description="largest fused add+RMSNorm one-shot payload"
     )
-    oneshot_push: bool = Field(False, description="one-shot push mode (the eager slab grows world-size-fold)")
+    oneshot_push: bool | None = Field(
+        False, description="one-shot push mode (the eager slab grows W-fold); null: not exported (off)"
+    )
     dcp_a2a: bool = Field(True, description="the DCP all-to-all pools (used when parallel.dcp > 1)")
     dcp_a2a_max_tokens: int = Field(
         64, ge=0, le=MAX_TOKENS, description="0 = uncapped (staging sized from batched tokens)"
     )
-    single_channel: bool = Field(False, description="one channel for eager and every graph capture")
+    single_channel: bool | None = Field(
+        False, description="one channel for eager and every graph capture; null: not exported (off)"
+    )
     nccl: NcclSection = Field(NcclSection(), description="NCCL variables")
 
     @field_validator("dma_wire_mode", mode="before")
@@ -472,9 +580,27 @@ class DcpPolicySection(_Section):
     ckv_gather_max_tokens: int | None = Field(
         None, ge=0, le=MAX_TOKENS, description="token cap of the compressed-KV gather"
     )
-    indexer_shards: int | None = Field(None, ge=1, description="sparse-indexer shards across the DCP group")
+    indexer_shards: int | None = Field(
+        None, ge=0, description="sparse-indexer shards across the DCP group (0: no sharding)"
+    )
     ckv_prefetch_depth: int | None = Field(
         None, ge=0, description="compressed-KV prefetch depth (unsafe over a SYS PCIe topology)"
+    )
+    ckv_gather_min_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="prefill tokens from which the compressed-KV gather applies"
+    )
+    gather_in_workspace: bool | None = Field(
+        None, description="gather the DCP compressed KV into vLLM's workspace arena instead of a transient"
+    )
+    project_before_merge: bool | None = Field(
+        None,
+        description=(
+            "project attention outputs to v_head_dim before the DCP merge: the A2A output head dim drops "
+            "from kv_lora_rank 512 to v_head_dim 256"
+        ),
+    )
+    project_before_merge_min_prefill_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="prefill tokens from which project-before-merge applies"
     )
     ckv_prefetch_workspace_mib: int | None = Field(
         None,
@@ -487,13 +613,17 @@ class DcpPolicySection(_Section):
 
 
 class IndexerSection(_Section):
-    """The sparse attention indexer."""
+    """The sparse attention indexer. A null value is not exported: the library's default applies."""
 
     sparse_indexer: bool = Field(True, description="use the kernel library's sparse indexer")
-    supertile_k: int = Field(32768, ge=512, description="paged index supertile tokens (rounded up to 512)")
-    max_logits_mb: int = Field(512, ge=1, description="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB")
+    supertile_k: int | None = Field(
+        32768, ge=512, description="paged index supertile tokens (rounded up to 512); null: the library's"
+    )
+    max_logits_mb: int | None = Field(
+        512, ge=1, description="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; null: vLLM's 512"
+    )
     fold: Annotated[
-        FoldMode,
+        FoldMode | None,
         _accepts(
             {
                 "anyOf": [
@@ -501,18 +631,47 @@ class IndexerSection(_Section):
                     {"type": "boolean"},
                     {"enum": [0, 1]},
                     {"type": "string", "pattern": FOLD_ALIAS_PATTERN},
+                    {"type": "null"},
                 ]
             }
         ),
-        Field(description="two-level top-k fold: auto, 0 (also off/false/no) or 1 (also on/true/yes/force)"),
+        Field(
+            description="two-level top-k fold: auto, 0 (also off/false/no) or 1 (also on/true/yes/force); "
+            "null: the library's auto"
+        ),
     ] = "auto"
-    fold_max_mib: int = Field(256, ge=0, description="budget of the fold's per-call candidate slab, MiB")
-    fused: bool = Field(True, description="the fused decode indexer route (rows <= 16)")
+    fold_max_mib: int | None = Field(
+        256, ge=0, description="budget of the fold's per-call candidate slab, MiB; null: the library's 256"
+    )
+    fused: bool | None = Field(
+        True, description="the fused decode indexer route (rows <= 16); null: the library's default (on)"
+    )
 
     @field_validator("fold", mode="before")
     @classmethod
     def _fold(cls, value: object) -> object:
         return _fold_alias(value)
+
+    # The values the library uses, set or not (the ledger sizes with these).
+    @property
+    def supertile_k_value(self) -> int:
+        return 32768 if self.supertile_k is None else self.supertile_k
+
+    @property
+    def max_logits_mb_value(self) -> int:
+        return 512 if self.max_logits_mb is None else self.max_logits_mb
+
+    @property
+    def fold_value(self) -> FoldMode:
+        return "auto" if self.fold is None else self.fold
+
+    @property
+    def fold_max_mib_value(self) -> int:
+        return 256 if self.fold_max_mib is None else self.fold_max_mib
+
+    @property
+    def fused_value(self) -> bool:
+        return True if self.fused is None else self.fused
 
 
 class Exl3Section(_Section):
@@ -526,6 +685,17 @@ class Exl3Section(_Section):
             "VLLM_EXL3_PREFILL_CAPACITY: tokens the EXL3 prefill arenas are sized for (240 KiB/token for the "
             "target model, 320 KiB/token for the MTP drafter); null follows scheduler.max_num_batched_tokens"
         ),
+    )
+    online_encoder_source: str = Field(
+        "/opt/exllamav3-python/exllamav3",
+        description="VLLM_EXL3_ENCODER_SOURCE: the exllamav3 tree encoding online K6 (model.online_quant)",
+    )
+    online_cache_dir: str = Field(
+        "/cache/exl3-online",
+        description="VLLM_EXL3_ONLINE_CACHE_DIR: where online-K6 tensors are cached between boots",
+    )
+    online_cache_mode: Literal["readwrite", "read", "write", "off"] = Field(
+        "readwrite", description="VLLM_EXL3_ONLINE_CACHE_MODE: how the online-K6 cache is used"
     )
 
 
@@ -562,6 +732,12 @@ class CudagraphSection(_Section):
     )
     capture_rule: CaptureRule | None = Field(
         None, description="capture sizes as multiples of a step up to a maximum; give this or capture_sizes"
+    )
+    max_capture_size: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CAPTURE_SIZE,
+        description="--max-cudagraph-capture-size (null: not written; vLLM takes the largest capture size)",
     )
     custom_ops: list[str] = Field(["all"], description="vLLM custom_ops in the compilation config")
     fuse_allreduce_rms: bool = Field(True, description="fuse all-reduce with RMSNorm (pass_config)")
@@ -611,7 +787,19 @@ class DeploymentConfig(_Section):
     stack: Stack = Field("sparkinfer-r12", description="library generation: decides env names and constants")
     runner: Runner = Field("v2", description="vLLM model runner: v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)")
     lmcache: bool = Field(False, description="LMCache host offload (forces expandable_segments off)")
+    lmcache_config: LmcacheSection = Field(
+        LmcacheSection(), description="the LMCache connector and tiers (with lmcache: true)"
+    )
     exl3_trellis_max_m: int | None = Field(None, ge=1, description="VLLM_EXL3_TRELLIS_MAX_M decode window")
+    release: str | None = Field(
+        None,
+        pattern=r"^r[0-9]+$",
+        description=(
+            "the gilded-gnosis v20 release this deployment runs (r14, r28, …): picks the weights measured on "
+            "that release and tells calibration records of that release from others; null = the release "
+            "named at the end of vllm_version, else unknown"
+        ),
+    )
     vllm_version: str | None = Field(
         None,
         description=(
@@ -653,6 +841,11 @@ class DeploymentConfig(_Section):
                     out[k] = v
             return out
         return value
+
+    @property
+    def release_effective(self) -> str | None:
+        """``release``, else the one a gilded-gnosis vLLM build names at its end (``….20260730.r14``)."""
+        return self.release or release_of(self.vllm_version)
 
     @property
     def mtp(self) -> int:

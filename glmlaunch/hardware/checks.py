@@ -39,6 +39,7 @@ PURPOSES: tuple[Purpose, ...] = ("serve", "preflight")
 #: Compute capabilities the kernels of each library stack are built for (docs/configuration.md §4).
 STACK_CAPABILITIES: dict[Stack, tuple[str, ...]] = {
     "sparkinfer-r12": ("12.0", "12.1"),
+    "sparkinfer-r28": ("12.0", "12.1"),
     "b12x": ("12.0", "12.1"),
 }
 

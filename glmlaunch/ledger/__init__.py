@@ -139,23 +139,35 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) 
     itemized = cached_terms(sized)
     whole = budget_terms(itemized, ctx.calibration)
     modelled = modelled_terms(ctx.calibration)
-    kv = kv_bytes(gate_bytes(config.memory.gpu_memory_utilization, total), whole, pinned)
-    if pinned is not None:
-        formula = f"--kv-cache-memory-bytes = {fmt_int(kv)}"
-        origin: Origin = "exact"
-    else:
-        r = gate_bytes(config.memory.gpu_memory_utilization, total)
-        rid = getattr(ctx.calibration, "record_id", None)
-        who = {
-            "rig-defaults": "the term model (rig defaults)",
-            "term-model": "the term model fitted on the calibration records",
-        }.get(str(rid), f"calibration {rid}")
+    natural = kv_bytes(gate_bytes(config.memory.gpu_memory_utilization, total), whole, pinned)
+    kv = kv_cache.pool_bytes(config, per_token, natural)
+    blocks = config.memory.num_gpu_blocks_override
+    r = gate_bytes(config.memory.gpu_memory_utilization, total)
+    rid = getattr(ctx.calibration, "record_id", None)
+    who = {
+        "rig-defaults": "the term model (rig defaults)",
+        "term-model": "the term model fitted on the calibration records",
+    }.get(str(rid), f"calibration {rid}")
+    from_memory = (
+        f"R - W - P - N - G_e = {fmt_int(r)} - {fmt_int(whole.w)} - {fmt_int(whole.p)} - "
+        f"{fmt_int(whole.n)} - {fmt_int(whole.g_e)} = {fmt_int(natural)}  "
+        f"[R = ceil({config.memory.gpu_memory_utilization} * {fmt_int(total)}); "
+        f"{_term_sources(itemized, whole, modelled, who)}]"
+    )
+    if blocks is not None:
+        # vLLM sizes the pool from memory first (and checks one request against it), then takes the
+        # block count it is told
         formula = (
-            f"R - W - P - N - G_e = {fmt_int(r)} - {fmt_int(whole.w)} - {fmt_int(whole.p)} - "
-            f"{fmt_int(whole.n)} - {fmt_int(whole.g_e)} = {fmt_int(kv)}  "
-            f"[R = ceil({config.memory.gpu_memory_utilization} * {fmt_int(total)}); "
-            f"{_term_sources(itemized, whole, modelled, who)}]"
+            f"--num-gpu-blocks-override: {fmt_int(blocks)} blocks of {kv_cache.KV_BLOCK} tokens at "
+            f"{fmt_int(per_token)} B/token: {fmt_int(kv)} B; the pool sized from memory would be "
+            + from_memory
         )
+        origin: Origin = "exact"
+    elif pinned is not None:
+        formula = f"--kv-cache-memory-bytes = {fmt_int(kv)}"
+        origin = "exact"
+    else:
+        formula = from_memory
         # A modelled whole term replaces its entries, so only the entries still summed (and the weights
         # entry, which carries how W was carried over) decide whether the figure is an estimate.
         summed = {"w", "p", "n", "g_e"} - (modelled.keys() - {"w"})
@@ -294,6 +306,7 @@ def _kv_cached(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...])
         id(sized),
         m.gpu_memory_utilization,
         m.kv_cache_memory_bytes,
+        m.num_gpu_blocks_override,
         m.kv_cache_dtype,
         m.kv_scale_mode,
         config.hardware.memory_per_gpu,

@@ -62,6 +62,12 @@ class Budget(NamedTuple):
     # shortfall as a caution. How well the figures are known is the verdict's confidence, said apart.
     request_fit_confirmed: bool = True
     cautions: tuple[str, ...] = ()
+    #: the pool vLLM would size from memory (R - W - P - N - G_e, or --kv-cache-memory-bytes); ``kv`` is the
+    #: pool it allocates, which --num-gpu-blocks-override replaces
+    kv_natural: int = 0
+    kv_blocks_override: int | None = None
+    #: where W came from (ledger/weights.py): profile, record, rig-defaults, documented, estimate, default
+    w_source: str = "default"
 
     @property
     def terms(self) -> dict[str, int]:
@@ -104,6 +110,7 @@ def compute_budget(
         tuple(sorted(modelled_terms(calibration).items())),
         m.gpu_memory_utilization,
         m.kv_cache_memory_bytes,
+        m.num_gpu_blocks_override,
         m.min_margin,
         m.kv_cache_dtype,
         config.parallel.dcp,
@@ -132,27 +139,29 @@ def _compute(
     gate = gate_bytes(config.memory.gpu_memory_utilization, total)
     pinned = config.memory.kv_cache_memory_bytes
     budgeted_rest = t.w + t.p + t.n + t.g_e
-    kv = kv_bytes(gate, t, pinned)
-    margin = f0 - budgeted_rest - kv - t.x
-
     geo = kv_cache.geometry(config)
     per_token = geo.bytes_per_token
     origin: Origin = geo.origin
     cal = _calibrated_per_token(calibration)
     if cal is not None:
         per_token, origin = cal, "calibrated"
+    natural = kv_bytes(gate, t, pinned)
+    kv = kv_cache.pool_bytes(config, per_token, natural)
+    margin = f0 - budgeted_rest - kv - t.x
+
     need = kv_cache.request_bytes(config, per_token)
     tokens = kv_cache.tokens_for(kv, per_token, config.parallel.dcp)
-    fits = kv >= need
-    w_entry = next((e for e in ledger.rank0.entries if e.subsystem == "weights"), None)
-    w_known = config.model.weights_per_rank is not None or (
-        w_entry is not None and w_entry.origin == "calibrated"
-    )
-    # W from calibration (a boot of this checkpoint, or carried over from a sibling checkpoint's boots on
-    # this rig) is good to decide with; so is a formula's KV record size. A search that treated estimates
-    # as unknowable would grow max_num_batched_tokens until the KV cache held a few MiB.
-    w_from_boots = getattr(calibration, "weights_bytes", None) is not None
-    confirmed = (pinned is not None or w_known or w_from_boots) and origin != "default"
+    # vLLM checks one request against the memory it measured; a pinned pool must hold it too (upstream's
+    # pool-smaller-than-context rule: blocks x 64 x DCP >= max_model_len)
+    fits = natural >= need and kv >= need
+    from glmlaunch.ledger.weights import decide_for
+
+    w_source = decide_for(config, calibration).source
+    # W from the profile, a boot, the documented table or an estimate built on them is good to decide with;
+    # so is a formula's KV record size. A search that treated estimates as unknowable would grow
+    # max_num_batched_tokens until the KV cache held a few MiB. Only the built-in fallback W is not.
+    w_known = w_source != "default"
+    confirmed = (pinned is not None or w_known) and origin != "default"
 
     recommended = (f0 - budgeted_rest - t.x - config.memory.min_margin) // MIB * MIB
     reasons: list[str] = []
@@ -165,14 +174,16 @@ def _compute(
         reasons.append("no memory is left for the KV cache (R <= W + P + N + G_e)")
     cautions: list[str] = []
     if not fits:
+        short = natural if natural < need else kv
+        what = "the budget" if short == natural else "the pinned pool (memory.num_gpu_blocks_override)"
         shortfall = (
             f"one {config.scheduler.max_model_len:,}-token request needs {need:,} B of KV per rank "
-            f"({per_token:,} B/token, DCP {config.parallel.dcp}) but the budget is {kv:,} B"
+            f"({per_token:,} B/token, DCP {config.parallel.dcp}) but {what} is {short:,} B"
         )
         if confirmed:
             reasons.append(shortfall)
         else:
-            unknown = [] if (pinned is not None or w_known or w_from_boots) else [f"W {t.w:,} B is a default"]
+            unknown = [] if (pinned is not None or w_known) else [f"W {t.w:,} B is a default"]
             if origin not in ("exact", "library", "calibrated"):
                 unknown.append(f"{per_token:,} B/token is an {origin}" if origin == "estimate" else
                                f"{per_token:,} B/token is a {origin}")
@@ -222,6 +233,9 @@ def _compute(
         recommended_kv_cache_memory_bytes=max(0, recommended),
         request_fit_confirmed=confirmed,
         cautions=tuple(cautions),
+        kv_natural=natural,
+        kv_blocks_override=config.memory.num_gpu_blocks_override,
+        w_source=w_source,
     )
 
 

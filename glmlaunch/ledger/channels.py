@@ -133,7 +133,7 @@ def plan_for(ctx: Context, eager_lifetime: Lifetime) -> ChannelPlan:
         runner=cfg.runner,
         mtp=cfg.mtp,
         graphs=bool(ctx.capture_sizes),
-        single_channel=cfg.comm.single_channel,
+        single_channel=bool(cfg.comm.single_channel),
         estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
         eager_lifetime=eager_lifetime,
     )

@@ -119,7 +119,24 @@ B12X_15 = replace(
 #: The seed's re-review arithmetic for the DCP A2A signal region (reproduces 14,205,952 B).
 SEED_DCP_A2A_SIGNAL_BYTES = 1024
 
-TABLE: dict[str, StackConstants] = {"sparkinfer-r12": SPARKINFER_R12, "b12x": B12X_15}
+#: The r28 appliance's SparkInfer (200c1db7 = base 272a84bd + PR106 + PR117), read from its own tree: the
+#: one-shot and DCP A2A ``Signal`` structs each gained an ``alignas(128)`` staging generation
+#: (pcie_oneshot.cu:80-82, pcie_dcp_a2a.cu:80-81; sizes by g++ sizeof). Every other layout is de04125's.
+SPARKINFER_R28 = replace(
+    SPARKINFER_R12,
+    stack="sparkinfer-r28",
+    version="200c1db7ef98ff8bbfd4f621555326e20f42282e",
+    source="built-in table: sparkinfer tree 200c1db7 (r17-r28 release images)",
+    oneshot_signal_bytes=150_656,
+    dcp_a2a_signal_bytes=133_248,
+    dcp_a2a_signal_origin="sizeof(Signal) at 200c1db7 (pcie_dcp_a2a.cu:80)",
+)
+
+TABLE: dict[str, StackConstants] = {
+    "sparkinfer-r12": SPARKINFER_R12,
+    "sparkinfer-r28": SPARKINFER_R28,
+    "b12x": B12X_15,
+}
 
 
 def for_stack(stack: str) -> StackConstants:

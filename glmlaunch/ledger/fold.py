@@ -76,9 +76,9 @@ def worst_rows(cfg: DeploymentConfig, slices: int) -> int:
     """Largest row count one call can bring that still takes the fold."""
     topk = cfg.model.geometry.index_topk
     cap = cfg.scheduler.max_num_batched_tokens
-    if cfg.indexer.fold == "1":
+    if cfg.indexer.fold_value == "1":
         return cap
-    return min(cap, cfg.indexer.fold_max_mib * MIB // (slices * topk * 8 + 4))
+    return min(cap, cfg.indexer.fold_max_mib_value * MIB // (slices * topk * 8 + 4))
 
 
 def entries(ctx: Context) -> list[Draft]:
@@ -87,7 +87,7 @@ def entries(ctx: Context) -> list[Draft]:
         return []
     g = cfg.model.geometry
     wp = width_pages(cfg, k.page_size)
-    st_pages = max(1, resolve_supertile(k, cfg.indexer.supertile_k, wp) // k.page_size)
+    st_pages = max(1, resolve_supertile(k, cfg.indexer.supertile_k_value, wp) // k.page_size)
     physical = cfg.parallel.dcp == 1
     decode_rows = cfg.scheduler.max_num_seqs * cfg.decode_step
     probe = plan(
@@ -97,8 +97,8 @@ def entries(ctx: Context) -> list[Draft]:
         width_pages=wp,
         supertile_pages=st_pages,
         output_physical_slots=physical,
-        mode=cfg.indexer.fold,
-        budget_mib=cfg.indexer.fold_max_mib,
+        mode=cfg.indexer.fold_value,
+        budget_mib=cfg.indexer.fold_max_mib_value,
     )
     if not probe.used:
         return []
@@ -113,8 +113,8 @@ def entries(ctx: Context) -> list[Draft]:
             page_table_width=wp,
             supertile_pages=st_pages,
             output_physical_slots=physical,
-            mode=cfg.indexer.fold,
-            budget_mib=cfg.indexer.fold_max_mib,
+            mode=cfg.indexer.fold_value,
+            budget_mib=cfg.indexer.fold_max_mib_value,
         )
         origin = "library"
     else:
@@ -141,7 +141,7 @@ def entries(ctx: Context) -> list[Draft]:
             condition=(
                 f"context {cfg.scheduler.max_model_len} >= 32,768 tokens, "
                 f"DCP {cfg.parallel.dcp} > 1 (logical output), "
-                f"fold {cfg.indexer.fold!r}, budget {cfg.indexer.fold_max_mib} MiB"
+                f"fold {cfg.indexer.fold_value!r}, budget {cfg.indexer.fold_max_mib_value} MiB"
             ),
             reader="index_topk_fp8 two-level fold (tiled / packed routes), freed at the end of the call",
             formula=(

@@ -137,7 +137,7 @@ def width_pages(cfg: DeploymentConfig, page_size: int = 64) -> int:
 
 
 def prefill_rows(cfg: DeploymentConfig, supertile: int) -> int:
-    cap = cfg.indexer.max_logits_mb * 1024 * 1024 // 4 // supertile
+    cap = cfg.indexer.max_logits_mb_value * 1024 * 1024 // 4 // supertile
     return min(cfg.scheduler.max_num_batched_tokens, cap)
 
 
@@ -166,14 +166,14 @@ def plans(ctx: Context) -> tuple[IndexerPlan, IndexerPlan]:
     cfg, k = ctx.config, ctx.k
     g = cfg.model.geometry
     wp = width_pages(cfg, k.page_size)
-    s = resolve_supertile(k, cfg.indexer.supertile_k, wp)
+    s = resolve_supertile(k, cfg.indexer.supertile_k_value, wp)
     common = dict(
         width_pages=wp,
         topk=g.index_topk,
         heads=g.index_n_heads,
-        supertile_k=cfg.indexer.supertile_k,
+        supertile_k=cfg.indexer.supertile_k_value,
         num_sms=cfg.hardware.num_sms,
-        fused=cfg.indexer.fused,
+        fused=cfg.indexer.fused_value,
         cc=compute_capability(cfg),
     )
     pre = plan_layout(k, rows=prefill_rows(cfg, s), mode="prefill", shared_page_table=True, **common)
@@ -196,9 +196,9 @@ def entries(ctx: Context) -> list[Draft]:
             num_q_heads=g.index_n_heads,
             page_table_width=pre.width_pages,
             topk=g.index_topk,
-            supertile_k=cfg.indexer.supertile_k,
+            supertile_k=cfg.indexer.supertile_k_value,
             num_sms=cfg.hardware.num_sms,
-            fused=cfg.indexer.fused,
+            fused=cfg.indexer.fused_value,
         )
         pre_bytes, pre_route = ctx.lib.indexer_plan_bytes(
             max_q_rows=pre.rows,
@@ -234,7 +234,7 @@ def entries(ctx: Context) -> list[Draft]:
             holds_arena = (mode == "prefill") == arena_is_prefill
             rows_rule = (
                 f"profile_q_rows = min({cfg.scheduler.max_num_batched_tokens}, "
-                f"{cfg.indexer.max_logits_mb} MiB / 4 / {p.supertile})"
+                f"{cfg.indexer.max_logits_mb_value} MiB / 4 / {p.supertile})"
                 if mode == "prefill"
                 else "largest capture size"
                 if ctx.capture_sizes

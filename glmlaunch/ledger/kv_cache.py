@@ -6,8 +6,12 @@ Per layer and token, sparse MLA stores the compressed latent (kv_lora_rank = 512
 * ``auto`` / ``bfloat16``: (512 + 64) * 2 = 1,152 B (exact).
 * ``fp8`` / ``fp8_e4m3`` / ``fp8_ds_mla``: the ds_mla record: 512 fp8 + 4 fp32 block scales (16 B) +
   64 bf16 rope (128 B) = 656 B. vLLM stores fp8 for a DSA model in this record.
-* ``nvfp4_ds_mla`` with ``memory.kv_scale_mode`` unset or ``static``: 512 fp4 (256 B) + one e4m3 scale per
-  16 (32 B) + 64 bf16 rope (128 B) = 416 B (estimate: the record's exact padding is not public).
+* ``nvfp4_ds_mla`` with ``memory.kv_scale_mode`` unset or ``static`` (upstream's static-calibrated
+  scales): the 432 B record upstream's configurator names ("the established BF16-RoPE 432-byte record",
+  malaiwah/glm52-exl3-vast scripts/glm_config.py KV_SCALE_MODE), which its r5-era boot confirms: 9.15 GiB
+  for 265,152 tokens per rank is 37,033-37,073 B/token against 79 x 432 + 22 x 132 = 37,032
+  (TEST_RESULTS.md, the 3,072-batch row). 512 fp4 (256 B) + one e4m3 scale per 16 (32 B) + 64 bf16 rope
+  (128 B) is 416 B: the record carries 16 B more (its outer scale and padding).
 * ``nvfp4_ds_mla`` with ``memory.kv_scale_mode: dynamic-token`` (per-token scales, FP8 RoPE): 368 B, the
   record the launcher and the library log (``FP8-RoPE 368-byte record``, ``kv_gmem_stride=368``). With
   it, every logged ``GPU KV cache size`` of the TP4/DCP4 boot logs is reproduced exactly from the logged
@@ -43,6 +47,8 @@ class KvGeometry:
 
 #: the dynamic-token / FP8-RoPE NVFP4 MLA record (logged: "FP8-RoPE 368-byte record", kv_gmem_stride=368)
 NVFP4_DYNAMIC_RECORD = 368
+#: the static-calibrated BF16-RoPE NVFP4 MLA record (upstream's configurator; the r5 capacity agrees)
+NVFP4_STATIC_RECORD = 432
 
 
 def _record(dtype: str, lora: int, rope: int, scale_mode: str | None = None) -> tuple[int, str, Origin]:
@@ -57,7 +63,12 @@ def _record(dtype: str, lora: int, rope: int, scale_mode: str | None = None) -> 
             f"dynamic-token FP8-RoPE record, logged: launcher + kv_gmem_stride={NVFP4_DYNAMIC_RECORD}",
             "exact",
         )
-    return lora // 2 + lora // 16 + rope * 2, f"{lora}/2 + {lora}/16 + {rope}*2", "estimate"
+    return (
+        NVFP4_STATIC_RECORD,
+        f"static-calibrated BF16-RoPE record: {lora}/2 + {lora}/16 + {rope}*2 + 16 B outer scale/padding "
+        f"= {NVFP4_STATIC_RECORD} (upstream glm_config.py; r5 capacity 9.15 GiB / 265,152 tokens per rank)",
+        "exact",
+    )
 
 
 @lru_cache(maxsize=256)
@@ -109,6 +120,26 @@ def request_bytes(cfg: DeploymentConfig, bytes_per_token: int) -> int:
 
 
 KV_BLOCK = 64
+
+
+def pool_bytes(cfg: DeploymentConfig, bytes_per_token: int, natural: int) -> int:
+    """Bytes of the KV pool per rank: ``--num-gpu-blocks-override`` blocks when pinned, else ``natural``.
+
+    vLLM sizes the pool from the memory it measured (``natural``: R - W - P - N - G_e, or
+    ``--kv-cache-memory-bytes``) and then replaces the block count with the override, whatever memory is
+    left ("Overriding num_gpu_blocks=N with num_gpu_blocks_override=M"); its one-request check ran on the
+    measured memory before that.
+    """
+    blocks = cfg.memory.num_gpu_blocks_override
+    if blocks is None:
+        return natural
+    return blocks * KV_BLOCK * bytes_per_token
+
+
+def pool_tokens(cfg: DeploymentConfig) -> int | None:
+    """Logical tokens a pinned pool holds: blocks x 64 x DCP (None when vLLM sizes the pool)."""
+    blocks = cfg.memory.num_gpu_blocks_override
+    return None if blocks is None else blocks * KV_BLOCK * cfg.parallel.dcp
 
 
 def tokens_for(kv_bytes: int, bytes_per_token: int, dcp: int, block: int = KV_BLOCK) -> int:

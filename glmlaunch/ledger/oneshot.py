@@ -39,7 +39,7 @@ def entries(ctx: Context) -> list[Draft]:
     if not cfg.comm.pcie_allreduce or w < 2 or w not in k.oneshot_world_sizes:
         return []
     e = cfg.comm.oneshot_eager_bytes
-    push = cfg.comm.oneshot_push
+    push = bool(cfg.comm.oneshot_push)
     shards = eager_shards(k, w, push)
     if ctx.lib is not None:
         slab = ctx.lib.oneshot_slab_bytes(eager_bytes=e, world_size=w, push=push)

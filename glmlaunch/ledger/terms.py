@@ -36,8 +36,9 @@ def terms(entries: Iterable[Entry]) -> Terms:
     return Terms(**sums)
 
 
-#: the whole terms a term model may predict, by the names ``LedgerCalibration.term_bytes`` uses
-MODELLED_TERMS = ("u_pre", "w", "p", "n", "g_e")
+#: the whole terms a term model may predict, by the names ``LedgerCalibration.term_bytes`` uses. W is not
+#: among them: the weights entry decides W itself (ledger/weights.py), calibration being one of its inputs.
+MODELLED_TERMS = ("u_pre", "p", "n", "g_e")
 #: how each term is written in formulas (docs/memory-model.md §6)
 TERM_SYMBOLS = {"u_pre": "U_pre", "w": "W", "p": "P", "n": "N", "g_e": "G_e"}
 

@@ -190,13 +190,9 @@ def term_sources(
     out: list[tuple[str, Source]] = []
     for key, label in _MODELLED:
         out.append((label, fitted if key in modelled else "default"))
-    if calibration is not None and getattr(calibration, "weights_bytes", None) is not None:
-        w_origin = getattr(calibration, "weights_origin", None) or "calibrated"
-        w: Source = fitted if w_origin == "calibrated" else "estimate"
-    elif config.model.weights_per_rank is not None:
-        w = "profile"
-    else:
-        w = "default"
+    # the weights entry decided W and where it came from (ledger/weights.py); a documented figure of this
+    # release is shipped knowledge, as the rig defaults are
+    w: Source = {"documented": "rig-defaults"}.get(budget.w_source, budget.w_source)  # type: ignore[assignment]
     out.insert(1, ("W", w))
     kv_origin = budget.kv_bytes_per_token_origin
     kv: Source = _KV_RECORD_SOURCE.get(kv_origin, "default" if kv_origin == "default" else "estimate")
@@ -206,8 +202,10 @@ def term_sources(
 
 def _blockers(config: DeploymentConfig, b: Budget) -> list[Blocker]:
     pinned = b.kv_pinned
+    # a pool of fixed size (bytes or blocks) no longer absorbs W, P, N and G_e: the margin rests on all
+    fixed = pinned or b.kv_blocks_override is not None
     rest = b.w + b.p + b.n + b.g_e
-    margin_terms = ("U_pre", "W", "P", "N", "G_e") if pinned else ("U_pre",)
+    margin_terms = ("U_pre", "W", "P", "N", "G_e") if fixed else ("U_pre",)
     out: list[Blocker] = []
     if not b.start_gate_ok:
         out.append(
@@ -228,11 +226,18 @@ def _blockers(config: DeploymentConfig, b: Budget) -> list[Blocker]:
             )
         )
     if not b.request_fits and b.request_fit_confirmed:
+        short_pool = b.kv_blocks_override is not None and b.kv < b.request_bytes <= b.kv_natural
+        where = (
+            f"the pinned pool ({b.kv_blocks_override:,} blocks, memory.num_gpu_blocks_override) is "
+            f"{format_size(b.kv)}"
+            if short_pool
+            else f"the KV cache is {format_size(b.kv_natural)}"
+        )
         out.append(
             Blocker(
                 "request-fit",
                 f"the request fit: one {config.scheduler.max_model_len:,}-token request needs "
-                f"{format_size(b.request_bytes)} of KV per rank, the KV cache is {format_size(b.kv)}",
+                f"{format_size(b.request_bytes)} of KV per rank, {where}",
                 ("KV bytes/token",) if pinned else ("W", "P", "N", "G_e", "KV bytes/token"),
             )
         )

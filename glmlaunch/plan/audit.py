@@ -221,6 +221,35 @@ def audit_ledger(config: DeploymentConfig, ledger: Ledger) -> Audit:
     else:
         skipped.append(("capture-beyond-decode-window", "every capture size is within the decode window"))
 
+    # 5b. capture sizes off the decode step (an opinion about graphs, not a memory finding: the appliance's
+    # turnkey captures 4..64 step 4 at MTP 5 on purpose, so validation stays quiet about it)
+    step = config.decode_step
+    if sizes and config.is_exl3 and step > 1 and any(s % step for s in sizes):
+        # a decode step of n sequences carries n x (1 + MTP) tokens and replays the smallest size >= that
+        steps = range(1, window // step + 1)
+        used = sorted({min((s for s in sizes if s >= n * step), default=0) for n in steps})
+        idle = [s for s in sizes if s not in used and s <= window]
+        found.append(
+            Finding(
+                id="capture-off-decode-step",
+                title=f"capture sizes are not multiples of MTP+1 = {step}: decode pads to {used}",
+                entries=("cudagraph.pool",),
+                recoverable_bytes=0,
+                recoverable_device_bytes=0,
+                evidence=(
+                    f"decode steps carry multiples of {step} tokens ({step} .. {window}); they replay the "
+                    f"sizes {used}; {idle or 'no size'} within the window only serve mixed batches"
+                ),
+                fix=f"capture multiples of {step} up to {window} to drop the padding (the r12 chain's rule)",
+                caveat="the shared graph pool grows with the largest size, not the count: no memory to gain",
+                certainty="estimate",
+            )
+        )
+    else:
+        skipped.append(
+            ("capture-off-decode-step", "capture sizes are multiples of MTP+1 (or no MTP / not EXL3)")
+        )
+
     # 6. fp32 tile logits
     arena = ledger.entry("indexer.prefill.lane0")
     if arena is not None and arena.device_bytes > 0:

@@ -212,6 +212,15 @@ class BudgetDoc(_Doc):
     max_model_len_request_bytes: int
     max_model_len_fits: bool
     recommended_kv_cache_memory_bytes: int
+    # Added in version 1 (compatible): the pinned pool.
+    kv_cache_natural_bytes: int = Field(
+        0,
+        description="the KV pool vLLM sizes from memory (R - W - P - N - G_e, or --kv-cache-memory-bytes); "
+        "kv_cache_bytes is the pool it allocates, which num_gpu_blocks_override replaces",
+    )
+    num_gpu_blocks_override: int | None = Field(
+        None, description="the pinned pool's blocks per rank (--num-gpu-blocks-override), null when unpinned"
+    )
 
 
 class BlockerDoc(_Doc):
@@ -354,6 +363,8 @@ def budget_doc(b: Budget) -> BudgetDoc:
         max_model_len_request_bytes=b.request_bytes,
         max_model_len_fits=b.request_fits,
         recommended_kv_cache_memory_bytes=b.recommended_kv_cache_memory_bytes,
+        kv_cache_natural_bytes=b.kv_natural,
+        num_gpu_blocks_override=b.kv_blocks_override,
     )
 
 

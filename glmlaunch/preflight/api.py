@@ -123,16 +123,16 @@ def choose_backend(
         return BackendDecision(choice, "chosen with --backend")
     if device_mode == "cpu":
         return BackendDecision("replay", "CPU device mode: no library pool can be built without GPUs")
-    if config.stack == "sparkinfer-r12":
+    if config.stack.startswith("sparkinfer-"):
         if importlib.util.find_spec("sparkinfer") is None:
             return BackendDecision(
-                "replay", "stack sparkinfer-r12 but the sparkinfer package is not importable"
+                "replay", f"stack {config.stack} but the sparkinfer package is not importable"
             )
         if shutil.which("nvcc") is None and not os.environ.get(CUDA_HOME):
             return BackendDecision(
                 "replay", "sparkinfer JIT-builds its pools with nvcc, which is not on PATH"
             )
-        return BackendDecision("sparkinfer", "stack sparkinfer-r12 and sparkinfer + nvcc are available")
+        return BackendDecision("sparkinfer", f"stack {config.stack} and sparkinfer + nvcc are available")
     if importlib.util.find_spec("b12x") is None:
         return BackendDecision("replay", "stack b12x but the b12x package is not importable")
     if capability is not None and not capability.startswith("12."):

@@ -42,7 +42,12 @@ COMMON: dict[str, object] = {
     "model.served_name": "GLM-5.2",
     "model.trust_remote_code": True,
     "model.geometry.index_topk_pattern": PATTERN,
-    "model.geometry.max_position_embeddings": 131072,
+    # max_position_embeddings = max_model_len in --hf-overrides: the RoPE-table clamp
+    "model.clamp_rope_tables": True,
+    # no pinned pool, no online quantization, no LMCache connector in vLLM's args
+    "memory.num_gpu_blocks_override": None,
+    "model.online_quant": "none",
+    "lmcache": False,
     "parallel.tp": 4,
     "parallel.dcp": 4,
     "scheduler.max_model_len": 131072,
@@ -93,12 +98,18 @@ MTP3: dict[str, object] = {
     "speculative.draft_sample_method": "probabilistic",
     "speculative.moe_backend": "triton",
     "speculative.model": None,
+    "speculative.draft": "native",
+    "speculative.rejection_sample_method": "standard",
 }
+#: the r14 build names its release: the r14 SparkInfer generation
+R14 = {"release": "r14", "stack": "sparkinfer-r12"}
 CAP1024 = {
     "scheduler.max_num_batched_tokens": 3072,
     "scheduler.max_num_seqs": 1,
     "cudagraph.capture_sizes": [1, 2, 3, 4, 5, 6],
+    "cudagraph.max_capture_size": 6,
     "exl3_trellis_max_m": 6,
+    **R14,
 }
 POLICY = {
     "dcp_policy.query_split": True,
@@ -113,7 +124,9 @@ EXPECTED: dict[str, dict[str, object]] = {
         "scheduler.max_num_batched_tokens": 2048,
         "scheduler.max_num_seqs": 8,
         "cudagraph.capture_sizes": [4, 8, 12, 16, 20, 24, 28, 32],
+        "cudagraph.max_capture_size": 32,
         "exl3_trellis_max_m": 32,
+        "release": None,  # the overlay build's banner says "dev": no release
         "memory.gpu_memory_utilization": 0.92,
         "exl3.prefill_capacity": 1024,
         "comm.dma_min_bytes": 25165824,

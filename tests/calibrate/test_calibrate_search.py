@@ -412,7 +412,17 @@ SMALL_CARD = ["--set", "hardware.memory_per_gpu=85.7GiB"]
             ("turnkey", gmu, ["--min-margin", "20GiB"], "lowest where one request fits", None, "the margin")
             for gmu in ("max-gmu", "min-gmu")
         ),
-        ("turnkey", "max-batched-tokens", ["--min-margin", "20GiB"], "lowest tried", "256", "the margin"),
+        # the turnkey pins its EXL3 arena at 3,072 (upstream's VLLM_EXL3_PREFILL_CAPACITY): batched tokens
+        # cannot go below it; with the arena following the chunk, the search starts at 256
+        ("turnkey", "max-batched-tokens", ["--min-margin", "20GiB"], "lowest tried", "3,072", "the margin"),
+        (
+            "turnkey",
+            "max-batched-tokens",
+            ["--min-margin", "20GiB", "--set", "exl3.prefill_capacity=null"],
+            "lowest tried",
+            "256",
+            "the margin",
+        ),
         ("turnkey", "max-prefill-capacity", ["--min-margin", "20GiB"], "lowest tried", "256", "the margin"),
     ],
 )
@@ -504,9 +514,10 @@ def test_the_search_names_its_confidence_and_stops_where_one_request_no_longer_f
 
 
 def test_on_default_figures_the_request_fit_is_a_caution_in_search(clean_env: dict[str, str]) -> None:
-    # a GPU with no rig defaults: W is a built-in default, so one request's fit cannot decide
+    # a checkpoint nothing is known of: W is a built-in default, so one request's fit cannot decide
     done = run_cli(
         "calibrate", "search", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200",
+        "--set", "model.path=/models/unknown", "--set", "model.revision=null",
         "--set", "scheduler.max_model_len=1000000", "--no-write", "--json", env=clean_env,
     )
     assert done.returncode == 0, done.stderr
@@ -532,7 +543,7 @@ def _plan_ok(env: dict[str, str], profile: str, sets: list[str]) -> bool:
 @pytest.mark.parametrize(
     ("profile", "objective", "extra"),
     [
-        ("turnkey", "max-batched-tokens", []),
+        ("turnkey", "max-batched-tokens", ["--set", "exl3.prefill_capacity=null"]),
         ("turnkey", "min-gmu", []),
         ("turnkey", "max-gmu", []),
         ("gate", "max-kv-bytes", []),
@@ -565,6 +576,7 @@ def test_search_feasibility_is_plans_verdict(
     for value, feasible in tried.items():
         assert _plan_ok(env, name, [*sets, f"{doc['knob']}={value}"]) == feasible, (value, doc["blocked"])
     if profile == "turnkey" and objective == "max-batched-tokens":
-        # the reviewer's case: plan and search answer 4,096 alike (one request no longer fits there)
-        assert not _plan_ok(env, name, ["scheduler.max_num_batched_tokens=4096"])
+        # the reviewer's case, with the EXL3 arena following the chunk as the launchers did then: plan and
+        # search answer 4,096 alike (one request no longer fits there)
+        assert not _plan_ok(env, name, [*sets, "scheduler.max_num_batched_tokens=4096"])
         assert doc["best"]["value"] < 4096 and doc["next_step"]["blockers"][0]["id"] == "request-fit"

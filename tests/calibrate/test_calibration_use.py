@@ -25,10 +25,11 @@ def test_plan_and_check_use_the_ingested_boots(clean_env: dict[str, str]) -> Non
     doc = json.loads(after.stdout)
     assert "term model fitted on 5 record(s)" in doc["calibration"]
     assert "over the rig defaults" in doc["calibration"]
-    # the shipped profile's checkpoint (3.0 bpw) was never booted: W is carried over from the 3.25 bpw
-    # boots as an estimate, and says how
+    # the shipped profile's checkpoint (3.0 bpw) was never booted here: W is the appliance's documented
+    # 3.0 bpw figure (another release: an estimate), never the 3.25 bpw boots' figure rescaled
     weights = next(e for e in doc["ranks"][0]["entries"] if e["name"] == "weights")
-    assert weights["origin"] == "estimate" and "bits" in weights["formula"]
+    assert weights["origin"] == "estimate" and "77.66 GiB" in weights["formula"]
+    assert weights["requested_bytes"] == round(77.66 * 1024**3)
 
     check = run_cli("check", "-p", "r12-exl3", "--inventory", str(RIG), "--json", env=clean_env)
     report = json.loads(check.stdout)

@@ -32,6 +32,13 @@ def glmlaunch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def glmlaunch_config(profile: Path) -> dict[str, Any]:
+    done = glmlaunch("config", "-p", str(profile), "--json", cwd=profile.parent)
+    assert done.returncode == 0, done.stderr
+    config: dict[str, Any] = json.loads(done.stdout)["config"]
+    return config
+
+
 def flag(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
@@ -52,7 +59,14 @@ def test_import_gives_back_the_boots_flags(name: str, tmp_path: Path) -> None:
     assert f"# log: {name}\n" in text
     assert f"# sha256: {hashlib.sha256(log.read_bytes()).hexdigest()}\n" in text
     assert f"# vLLM version: {parse_boot_config(log.read_text(encoding='utf-8')).vllm_version}\n" in text
-    assert yaml.safe_load(text)["extends"] in {"r12-exl3", "gate", "turnkey"}
+    shipped = {p.stem for p in (Path(__file__).resolve().parents[2] / "profiles").glob("*.yaml")}
+    assert yaml.safe_load(text)["extends"] in shipped
+    # a build that names its release (….r14) ran that release's SparkInfer generation: the profile says
+    # so whatever it extends; a bare dev build names none, and the base profile's stands
+    version = parse_boot_config(log.read_text(encoding="utf-8")).vllm_version or ""
+    if version.endswith(".r14"):
+        config = glmlaunch_config(tmp_path / "p.yaml")
+        assert config["stack"] == "sparkinfer-r12" and config["release"] == "r14"
 
     done = glmlaunch("args", "-p", "p.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -112,7 +126,10 @@ def test_base_is_forced_and_errors_are_config_errors(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = yaml.safe_load(done.stdout)
     assert data["extends"] == "turnkey"
-    assert data["runner"] == "v2" and data["parallel"] == {"dcp": 4}
+    # turnkey runs V2 as the boot did; the boot's DCP 4 and no LMCache are written (a dev build names no
+    # release, so its release is written unknown)
+    assert "runner" not in data and data["parallel"] == {"dcp": 4}
+    assert data["lmcache"] is False and data["release"] is None
     (tmp_path / "t.yaml").write_text(done.stdout, encoding="utf-8")
     done = glmlaunch("args", "-p", "t.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -16,10 +16,11 @@ def test_config_json_with_sources(clean_env: dict[str, str]) -> None:
     assert doc["config"]["scheduler"]["max_num_seqs"] == 4
     assert doc["sources"]["scheduler.max_num_seqs"] == "cli --set scheduler.max_num_seqs"
     assert doc["sources"]["parallel.dcp"] == "profile turnkey:parallel.dcp"
-    assert doc["sources"]["comm.single_channel"] == "profile r12-exl3:comm.single_channel"
-    assert doc["derived"]["capture_sizes"][-1] == 48
-    # 4 sequences x 6: graphs above 24 only cost memory; the warning goes to stderr, not into the JSON
-    assert "never serve a decode step" in res.stderr
+    assert doc["sources"]["comm.single_channel"] == "profile turnkey:comm.single_channel"
+    assert doc["sources"]["parallel.tp"] == "profile turnkey:parallel.tp"
+    assert doc["derived"]["capture_sizes"][-1] == 64
+    # 4 sequences x 6: graphs above 24 only cost memory, an audit finding: the configuration says nothing
+    assert res.stderr == ""
 
 
 def test_config_table_on_stdout(clean_env: dict[str, str]) -> None:
@@ -83,8 +84,11 @@ def test_profiles_list_show_schema(clean_env: dict[str, str], tmp_path: Path) ->
     by_name = {r["name"]: r for r in rows}
     assert {"r12-exl3", "gate", "turnkey"} <= set(by_name)
     assert by_name["gate"]["extends"] == "r12-exl3" and by_name["turnkey"]["builtin"]
-    shown = run_cli("profiles", "show", "turnkey", env=clean_env)
-    assert "extends: r12-exl3" in shown.stdout and "r12-exl3 (built-in) -> turnkey (built-in)" in shown.stderr
+    shown = run_cli("profiles", "show", "exl3-tr3-3.42bpw", env=clean_env)
+    chain = (
+        "turnkey (built-in) -> exl3-tr3-3.25bpw (built-in) -> exl3-tr3-3.36bpw (built-in) -> exl3-tr3-3.42bpw"
+    )
+    assert "extends: exl3-tr3-3.36bpw" in shown.stdout and chain in shown.stderr
     schema = json.loads(run_cli("profiles", "schema", env=clean_env).stdout)
     assert schema["additionalProperties"] is False and "extends" in schema["properties"]
     assert "comm" in schema["properties"]

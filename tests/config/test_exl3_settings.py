@@ -14,12 +14,12 @@ from glmlaunch.config.validate import validate_config
 from glmlaunch.errors import ConfigErrors
 
 
-@pytest.mark.parametrize("profile", ["r12-exl3", "gate", "turnkey"])
+@pytest.mark.parametrize("profile", ["r12-exl3", "gate", "turnkey", "exl3-tr3-3.25bpw", "exl3-tr3-3.42bpw"])
 def test_set_prefill_capacity_on_every_shipped_profile(profile: str, clean_env: dict[str, str]) -> None:
     res = run_cli("config", "-p", profile, "--set", "exl3.prefill_capacity=1536", "--json", env=clean_env)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["config"]["exl3"] == {"prefill_capacity": 1536}
+    assert doc["config"]["exl3"]["prefill_capacity"] == 1536
     assert doc["sources"]["exl3.prefill_capacity"] == "cli --set exl3.prefill_capacity"
 
 
@@ -30,8 +30,8 @@ def test_prefill_capacity_from_the_environment() -> None:
     assert r.config.exl3.prefill_capacity == 1024
     assert r.config.exl3_prefill_capacity_effective == 1024
     # the top-level field keeps its own name, distinct from the section
-    r2 = resolve_config("r12-exl3", environ={"GLMLAUNCH_EXL3_TRELLIS_MAX_M": "6"})
-    assert r2.config.exl3_trellis_max_m == 6 and r2.config.exl3.prefill_capacity is None
+    r2 = resolve_config("r12-exl3", environ={"GLMLAUNCH_EXL3_TRELLIS_MAX_M": "48"})
+    assert r2.config.exl3_trellis_max_m == 48 and r2.config.exl3.prefill_capacity is None
 
 
 def test_schema_lists_the_new_settings() -> None:
@@ -72,20 +72,27 @@ def test_prefill_workspace_env_is_the_launchers_knob() -> None:
     assert env["VLLM_B12X_MLA_CKV_PREFETCH_WORKSPACE_MIB"] == "1024"
 
 
-def test_scale_mode_with_another_kv_dtype_is_an_error() -> None:
+def test_scale_mode_with_another_kv_dtype_is_ignored_with_a_note(clean_env: dict[str, str]) -> None:
+    r = resolve_config("gate", ["memory.kv_scale_mode=dynamic-token"])  # gate runs fp8 KV
+    (note,) = r.notes
+    assert note.rule == "kv-scale-mode-dtype" and note.level == "note"
+    text = note.one_line()
+    assert "memory.kv_scale_mode" in text and "ignored" in text and "nvfp4_ds_mla" in text
+    assert not r.warnings
+    env = managed_env(r.config)
+    assert "KV_FP8_ROPE" not in env and "VLLM_NVFP4_MLA_DYNAMIC_SCALE" not in env
+    # a note on stderr (silenced by -q), the configuration on stdout
+    out = run_cli("env", "-p", "gate", "--set", "memory.kv_scale_mode=dynamic-token", env=clean_env)
+    assert out.returncode == 0 and "memory.kv_scale_mode: ignored" in out.stderr
+    quiet = run_cli("-q", "env", "-p", "gate", "--set", "memory.kv_scale_mode=dynamic-token", env=clean_env)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_prefill_capacity_above_batched_tokens_is_refused() -> None:
+    # upstream's exl3-prefill-capacity-above-scheduler: the arena lives inside one scheduler chunk
     with pytest.raises(ConfigErrors) as exc:
-        resolve_config("gate", ["memory.kv_scale_mode=dynamic-token"])  # gate runs fp8 KV
-    text = exc.value.one_line()
-    assert "memory.kv_scale_mode" in text and "dynamic-token" in text and "nvfp4_ds_mla" in text
-    (err,) = [e for e in exc.value.errors if e.key == "memory.kv_scale_mode"]
-    assert err.allowed and err.hint and "kv_cache_dtype" in err.hint
-
-
-def test_prefill_capacity_above_batched_tokens_warns() -> None:
-    r = resolve_config("r12-exl3", ["exl3.prefill_capacity=4096"])
-    (w,) = [d for d in r.warnings if d.key == "exl3.prefill_capacity"]
-    assert w.level == "warning" and w.value == 4096 and "3072" in w.message and w.hint
-    assert w.source == "cli --set exl3.prefill_capacity"
+        resolve_config("r12-exl3", ["exl3.prefill_capacity=4096"])
+    (err,) = [e for e in exc.value.errors if e.key == "exl3.prefill_capacity"]
+    assert "3072" in err.message and err.hint and err.source == "cli --set exl3.prefill_capacity"
     ok = resolve_config("r12-exl3", ["exl3.prefill_capacity=3072"])
-    assert not [d for d in ok.warnings if d.key == "exl3.prefill_capacity"]
-    assert not [d for d in validate_config(ok.config, ok.provenance) if d.key == "memory.kv_scale_mode"]
+    assert not [d for d in validate_config(ok.config, ok.provenance) if d.key == "exl3.prefill_capacity"]

@@ -20,13 +20,11 @@ def test_r12_preset_argv_matches_the_old_chain_exactly() -> None:
     assert argv("r12-exl3") == expected
 
 
-def test_gate_differs_only_by_kv_dtype_seqs_and_its_decode_window() -> None:
+def test_gate_differs_only_by_kv_dtype_and_seqs() -> None:
+    # the old chain's gate is its r12 preset with KV_CACHE_DTYPE=fp8 MAX_NUM_SEQS=1: graphs [4..32] too
     base, gate = argv("r12-exl3"), argv("gate")
     diff = [(a, b) for a, b in zip(base, gate, strict=True) if a != b]
-    assert [d for d in diff if not d[0].startswith("{")] == [("nvfp4_ds_mla", "fp8"), ("8", "1")]
-    # one sequence x (1 + MTP 3): graphs up to 4 tokens, not 32
-    (comp,) = [json.loads(b) for a, b in diff if a.startswith("{")]
-    assert comp["cudagraph_capture_sizes"] == [4]
+    assert diff == [("nvfp4_ds_mla", "fp8"), ("8", "1")]
 
 
 def test_turnkey_argv() -> None:
@@ -34,15 +32,21 @@ def test_turnkey_argv() -> None:
     assert a[a.index("--decode-context-parallel-size") + 1] == "2"
     assert a[a.index("--gpu-memory-utilization") + 1] == "0.957"
     comp = json.loads(a[a.index("--compilation-config") + 1])
-    assert comp["cudagraph_capture_sizes"] == list(range(6, 49, 6))  # MTP+1 = 6 up to 8 x 6
+    assert comp["cudagraph_capture_sizes"] == list(range(4, 65, 4))  # upstream's 4..64 step 4
+    assert a[a.index("--max-cudagraph-capture-size") + 1] == "64"
     spec = json.loads(a[a.index("--speculative-config") + 1])
+    # the native draft: no "model" key; the MTP rejection method named
     assert spec == {
-        "model": "brandonmusic/GLM-5.2-EXL3-TR3-3.0bpw",
         "method": "mtp",
         "num_speculative_tokens": 5,
         "moe_backend": "triton",
         "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "standard",
     }
+    hf = json.loads(a[a.index("--hf-overrides") + 1])
+    assert hf["max_position_embeddings"] == 524288  # the RoPE clamp
+    transfer = json.loads(a[a.index("--kv-transfer-config") + 1])
+    assert transfer["kv_connector"] == "LMCacheMPConnector"
 
 
 def test_dcp1_mtp0_and_pinned_kv() -> None:
@@ -59,11 +63,18 @@ def test_dcp1_mtp0_and_pinned_kv() -> None:
     assert json.loads(a[a.index("--compilation-config") + 1])["cudagraph_capture_sizes"] == [1, 2, 3, 4]
 
 
-def test_env_one_knob_every_name_the_stack_reads() -> None:
+def test_env_one_knob_every_name_the_generation_exports() -> None:
+    # the r12 chain exports the DMA wire mode under all three names (B12X_ included, which de04125 never
+    # reads) and leaves the indexer's library defaults unset
     r12 = managed_env(resolve_config("gate", environ={}).config)
-    assert r12["VLLM_PCIE_DMA_FP8"] == r12["SPARKINFER_PCIE_DMA_FP8"] == "0"
-    assert not any(name.startswith("B12X_") for name in r12)
-    b12x = managed_env(resolve_config("gate", ["stack=b12x"], environ={}).config)
+    assert r12["VLLM_PCIE_DMA_FP8"] == r12["SPARKINFER_PCIE_DMA_FP8"] == r12["B12X_PCIE_DMA_FP8"] == "0"
+    assert [n for n in r12 if n.startswith("B12X_")] == ["B12X_PCIE_DMA_FP8"]
+    assert "SPARKINFER_PAGED_INDEX_SUPERTILE_K" not in r12
+    # the r28 appliance exports the supertile under both names
+    r28 = managed_env(resolve_config("turnkey", environ={}).config)
+    assert r28["SPARKINFER_PAGED_INDEX_SUPERTILE_K"] == r28["B12X_PAGED_INDEX_SUPERTILE_K"] == "32768"
+    # B12X (r29+) reads no SPARKINFER_ name
+    b12x = managed_env(resolve_config("turnkey", ["stack=b12x"], environ={}).config)
     assert b12x["B12X_PCIE_DMA_FP8"] == "0" and b12x["B12X_PAGED_INDEX_SUPERTILE_K"] == "32768"
     assert not any(name.startswith("SPARKINFER_") for name in b12x)
 
@@ -71,9 +82,10 @@ def test_env_one_knob_every_name_the_stack_reads() -> None:
 def test_env_follows_settings() -> None:
     env = managed_env(resolve_config("turnkey", environ={}).config)
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the old chain exported 0..7 for TP4
-    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"  # upstream's turnkey has always run V2
     assert env["VLLM_PCIE_ONESHOT_FUSED_ADD_RMS_NORM_MAX_SIZE"] == "84KB"
-    assert env["VLLM_DCP_A2A_MAX_TOKENS"] == "64"
+    assert env["VLLM_DCP_A2A_MAX_TOKENS"] == "16"
+    assert env["VLLM_EXL3_TRELLIS_MAX_M"] == "64"  # emitted: the runtime's default 32 < the window 48
     off = managed_env(resolve_config("turnkey", ["comm.pcie_allreduce=false"], environ={}).config)
     assert off["VLLM_ENABLE_PCIE_ALLREDUCE"] == "0"
     assert not any("PCIE_DMA" in n or "ONESHOT" in n for n in off)

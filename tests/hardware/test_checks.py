@@ -227,7 +227,8 @@ def test_explicit_ckv_prefetch_over_sys_fails() -> None:
 @pytest.mark.parametrize(
     ("overrides", "why"),
     [
-        ((), "dcp_policy.ckv_prefetch_depth is unset"),
+        (("dcp_policy.ckv_prefetch_depth=null",), "dcp_policy.ckv_prefetch_depth is unset"),
+        ((), "dcp_policy.ckv_prefetch_depth is 0"),  # the turnkey's own setting
         (("dcp_policy.ckv_prefetch_depth=0",), "dcp_policy.ckv_prefetch_depth is 0"),
         (("parallel.dcp=1", "dcp_policy.ckv_prefetch_depth=2"), "DCP 1 runs no CKV prefetch"),
     ],

@@ -118,7 +118,7 @@ def test_exec_reaches_vllm_with_exact_argv_and_env(
     for name, value in launch.exported().items():
         assert got["env"][name] == value
     assert got["env"]["FAKE_VLLM_RECORD"] == str(record)  # the inherited environment is passed on
-    assert got["env"]["VLLM_USE_V2_MODEL_RUNNER"] == ("1" if profile == "gate" else "0")
+    assert got["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"  # every shipped profile runs the V2 runner
     assert "VLLM_USE_V2_MODEL_RUNNER='7' from your environment is replaced" in err
     assert "preflight skipped: --skip-preflight" in err
     assert "check ok:" in err and "plan ok:" in err
@@ -149,7 +149,7 @@ def test_dry_run_shows_exactly_what_exec_runs(fake: Fake) -> None:
     assert shlex.split(command) == ran
     changes = {c["name"]: c for c in doc["env_changes"]}
     assert changes["CUDA_VISIBLE_DEVICES"]["value"] == "0,1,2,3"
-    assert changes["VLLM_DCP_A2A_MAX_TOKENS"]["value"] == "64"  # a count, not a secret
+    assert changes["VLLM_DCP_A2A_MAX_TOKENS"]["value"] == "16"  # a count, not a secret
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in text
 
 
@@ -424,7 +424,8 @@ def test_wrapper_maps_the_old_variables(fake: Fake) -> None:
         [
             "parallel.tp=4", "parallel.dcp=2", "parallel.gpus=[0,1,2,3]",
             "speculative.num_speculative_tokens=5", "cudagraph.capture_sizes=null",
-            "cudagraph.capture_rule={max: 48}", "scheduler.max_num_seqs=8",
+            "cudagraph.capture_rule={step: null, max: 48}", "cudagraph.max_capture_size=null",
+            "scheduler.max_num_seqs=8",
             "scheduler.max_num_batched_tokens=3072", "scheduler.max_model_len=131072",
             "memory.gpu_memory_utilization=0.95", "memory.kv_cache_dtype=nvfp4_ds_mla",
             "comm.dma_wire_mode=0", "comm.dcp_a2a_max_tokens=16", "dcp_policy.ckv_gather=true",

@@ -205,7 +205,8 @@ def _cfg(*overrides: str, profile: str = "r12-exl3"):  # type: ignore[no-untyped
 
 
 def test_ledger_arenas_match_the_logged_cap1024_boot() -> None:
-    led = build_ledger(_cfg("exl3.prefill_capacity=1024", "exl3_trellis_max_m=6"))
+    # the logged boot: one sequence, Trellis window 6
+    led = build_ledger(_cfg("exl3.prefill_capacity=1024", "exl3_trellis_max_m=6", "scheduler.max_num_seqs=1"))
     t, d = led.entry("exl3.trellis_arena"), led.entry("exl3.drafter_arena")
     assert t is not None and d is not None
     assert abs(t.requested_bytes / MIB - 279.7) <= TOL_MIB
@@ -217,7 +218,7 @@ def test_ledger_arenas_match_the_logged_cap1024_boot() -> None:
 
 
 def test_prefill_capacity_follows_batched_tokens_when_unset() -> None:
-    cfg = _cfg("exl3_trellis_max_m=6")
+    cfg = _cfg("exl3_trellis_max_m=6", "scheduler.max_num_seqs=1")
     assert cfg.exl3.prefill_capacity is None
     assert cfg.exl3_prefill_capacity_effective == cfg.scheduler.max_num_batched_tokens == 3072
     t = build_ledger(cfg).entry("exl3.trellis_arena")
@@ -225,7 +226,7 @@ def test_prefill_capacity_follows_batched_tokens_when_unset() -> None:
 
 
 def test_trellis_decode_capacity_defaults_to_largest_capture_size() -> None:
-    cfg = _cfg("exl3.prefill_capacity=1024")
+    cfg = _cfg("exl3.prefill_capacity=1024", "exl3_trellis_max_m=null")
     assert cfg.exl3_trellis_max_m is None and max(cfg.capture_sizes()) == 32
     t = build_ledger(cfg).entry("exl3.trellis_arena")
     assert t is not None and abs(t.requested_bytes / MIB - 294.6) <= TOL_MIB
@@ -265,7 +266,7 @@ def test_ckv_transient_scales_with_capacity_and_is_gated() -> None:
 
 
 def test_prefill_workspace_is_latent() -> None:
-    led = build_ledger(_cfg())
+    led = build_ledger(_cfg("dcp_policy.ckv_prefetch_workspace_mib=null"))
     assert led.entry("dcp.prefill_workspace") is None  # never charged to a rank
     (ws,) = [e for e in led.latent if e.name == "dcp.prefill_workspace"]
     assert ws.requested_bytes == 1024 * MIB and ws.lifetime == "unbudgeted"
@@ -282,7 +283,7 @@ def test_kv_record_by_scale_mode() -> None:
     assert "368" in dyn.formula
     for mode in ("static", "null"):
         st = kv_cache.geometry(_cfg(f"memory.kv_scale_mode={mode}"))
-        assert (st.record_bytes, st.origin) == (416, "estimate")
+        assert (st.record_bytes, st.origin) == (432, "exact")
     a = build_ledger(_cfg("memory.kv_scale_mode=dynamic-token")).entry("kv_cache")
     b = build_ledger(_cfg()).entry("kv_cache")
-    assert a is not None and b is not None and "368 B" in a.note and "416 B" in b.note
+    assert a is not None and b is not None and "368 B" in a.note and "432 B" in b.note

@@ -17,13 +17,27 @@ def budget(*overrides: str):  # type: ignore[no-untyped-def]
     return compute_budget(config, build_ledger(config))
 
 
-def test_default_weights_and_estimated_record_give_a_caution_not_a_refusal() -> None:
-    b = budget()
+# A checkpoint nothing is known of: W is the built-in fallback figure, a default.
+UNKNOWN = ("model.path=/models/unknown-checkpoint", "model.revision=null")
+# twice the turnkey's context: the KV cache cannot hold one request
+LONG = "scheduler.max_model_len=1048576"
+
+
+def test_default_weights_give_a_caution_not_a_refusal() -> None:
+    b = budget(*UNKNOWN, LONG)
+    assert b.w_source == "default"
     assert not b.request_fits and not b.request_fit_confirmed
     assert b.verdict == "ok"
     (caution,) = b.cautions
-    assert caution.startswith("unconfirmed: one 524,288-token request needs")
-    assert "is a default" in caution and "B/token is an estimate" in caution
+    assert caution.startswith("unconfirmed: one 1,048,576-token request needs")
+    assert "is a default" in caution
+
+
+def test_documented_weights_decide() -> None:
+    # the documented 3.0 bpw figure (another release: an estimate, but a figure of this checkpoint)
+    b = budget(LONG)
+    assert b.w_source == "estimate" and b.request_fit_confirmed and not b.request_fits
+    assert b.verdict == "refused" and not b.cautions
 
 
 def test_known_weights_and_exact_record_make_it_a_refusal() -> None:
@@ -44,7 +58,8 @@ OTHER_GPU = "hardware.gpu_model=NVIDIA H200"
 
 
 def test_plan_json_and_check_report_the_caution(clean_env: dict[str, str]) -> None:
-    res = run_cli("plan", "-p", "turnkey", "--set", OTHER_GPU, "--json", env=clean_env)
+    unknown = [a for kv in (*UNKNOWN, LONG) for a in ("--set", kv)]
+    res = run_cli("plan", "-p", "turnkey", "--set", OTHER_GPU, *unknown, "--json", env=clean_env)
     assert res.returncode == 0, res.stderr
     verdict = json.loads(res.stdout)["verdict"]
     assert verdict["status"] == "ok" and verdict["request_fit_confirmed"] is False
@@ -55,6 +70,7 @@ def test_plan_json_and_check_report_the_caution(clean_env: dict[str, str]) -> No
         "turnkey",
         "--set",
         OTHER_GPU,
+        *unknown,
         "--set",
         "memory.kv_cache_dtype=fp8",
         "--set",

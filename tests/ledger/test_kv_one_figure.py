@@ -42,7 +42,10 @@ def _assert_one_figure(profile: str, env: dict[str, str]) -> str:
         # the formula names the P (and W, N, G_e) the budget used, and the tokens are the budget's
         terms = [b["weights_bytes"], b["profiled_torch_bytes"], b["profiled_non_torch_bytes"]]
         terms.append(b["graph_estimate_bytes"])
-        assert " - ".join(f"{t:,}" for t in terms) + f" = {kv:,}" in entry["formula"], profile
+        # a pinned pool (--num-gpu-blocks-override) also names the pool vLLM sized from memory
+        sized = b["kv_cache_natural_bytes"] if b["num_gpu_blocks_override"] else kv
+        assert " - ".join(f"{t:,}" for t in terms) + f" = {sized:,}" in entry["formula"], profile
+        assert f"{kv:,}" in entry["formula"], profile
         assert f"= {tokens:,} with DCP {dcp}" in entry["note"], profile
 
     text = run_cli("plan", "-p", profile, env=env).stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger, dcp_a2a, dma, oneshot
@@ -124,12 +125,12 @@ def test_indexer_fused_decode_plan_has_pack_regions() -> None:
 
 
 def test_fold_entry() -> None:
-    led = ledger_of("turnkey")
+    led = ledger_of("turnkey", *SEED_TURNKEY)
     # largest call whose slab fits 256 MiB: floor(256 MiB / (32*2048*8 + 4)) = 511 rows
     assert req(led, "fold.candidates") == 511 * (32 * 2048 * 8 + 4)
-    forced = ledger_of("turnkey", "indexer.fold=1")
+    forced = ledger_of("turnkey", *SEED_TURNKEY, "indexer.fold=1")
     assert req(forced, "fold.candidates") == 3072 * (32 * 2048 * 8 + 4)
-    small = ledger_of("turnkey", "indexer.fold_max_mib=64")
+    small = ledger_of("turnkey", *SEED_TURNKEY, "indexer.fold_max_mib=64")
     assert req(small, "fold.candidates") == (64 * MIB // (32 * 2048 * 8 + 4)) * (32 * 2048 * 8 + 4)
 
 
@@ -145,7 +146,10 @@ def test_defaults_runtime_activations_graphs_weights() -> None:
     assert req(led, "runtime.nontorch_profiled") == 448 * MIB
     assert req(led, "activations") == 3072 * 270 * KIB
     assert req(led, "cudagraph.pool") == 512 * MIB
-    assert req(led, "weights") == int(83.28 * GIB)
+    # the documented 3.0 bpw figure (TEST_RESULTS.md: 77.66 GiB/GPU), measured on another release: estimate
+    w = led.entry("weights")
+    assert w is not None and w.requested_bytes == round(77.66 * GIB) and w.origin == "estimate"
+    assert "TEST_RESULTS.md" in w.formula
     assert req(ledger_of(R12, "model.weights_per_rank=80GiB"), "weights") == 80 * GIB
 
 
@@ -199,10 +203,16 @@ def test_safetensors_header_weights(tmp_path: object) -> None:
             off += n
         raw = json.dumps(header).encode()
         (d / f"model-{i}.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * off)
-    led = ledger_of(R12, f"model.path={d}")
+    from glmlaunch.ledger.weights import payload_offset
+
+    led = ledger_of(R12, f"model.path={d}", "model.revision=null", "speculative.num_speculative_tokens=0")
     e = led.entry("weights")
     assert e is not None and e.origin == "estimate"
-    assert e.requested_bytes == -(-(1000 + 24 + 4096) // 4)
+    # the payload split over TP4, plus the measured payload-to-loaded offset of the documented checkpoints
+    offset = payload_offset()
+    assert offset is not None and "3.25bpw" in offset[1] and "3.36bpw" in offset[1]
+    assert e.requested_bytes == -(-(1000 + 24 + 4096) // 4) + offset[0]
+    assert "safetensors headers" in e.formula and e.note == "estimate from the payload"
 
 
 # --- §1: footprints -------------------------------------------------------------------------------
@@ -297,7 +307,7 @@ def test_capture_pass_footprints_follow_the_real_library() -> None:
     assert _device(gate, *residue) == 22 * MIB
     assert {gate.entry(n).lifetime for n in residue} == {"profiled"}  # type: ignore[union-attr]
     assert {gate.entry(n).kind for n in residue} == {"torch"}  # type: ignore[union-attr]
-    turnkey = ledger_of("turnkey", "parallel.tp=2", "parallel.dcp=2")
+    turnkey = ledger_of("turnkey", *SEED_TURNKEY, "parallel.tp=2", "parallel.dcp=2")
     for role in ("leaked-profiling", "capture"):
         names = [f"{n.rsplit('.', 1)[0]}.{role}" for n in passes]
         assert _device(turnkey, *names) == 32 * MIB

@@ -10,6 +10,7 @@ next to them (``test_a2a_with_config_json_geometry``).
 from __future__ import annotations
 
 import pytest
+from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger, dcp_a2a, dma, fold, indexer, paged_logits
@@ -64,14 +65,14 @@ def test_gate_mtp0_channels() -> None:
 
 
 def test_turnkey_v1_channels_include_the_leak() -> None:
-    n = _a2a_channels("turnkey")
+    n = _a2a_channels("turnkey", *SEED_TURNKEY)
     assert n == 3
     assert round(mib(n * seed_slab(48)), 2) == 20.32
 
 
-@pytest.mark.parametrize(("profile", "channels"), [("gate", 4), ("turnkey", 3)])
-def test_rank_data_totals(profile: str, channels: int) -> None:
-    ledger = build_ledger(resolve_config(profile).config)
+@pytest.mark.parametrize(("profile", "sets", "channels"), [("gate", (), 4), ("turnkey", SEED_TURNKEY, 3)])
+def test_rank_data_totals(profile: str, sets: tuple[str, ...], channels: int) -> None:
+    ledger = build_ledger(resolve_config(profile, sets).config)
     rd = [e for e in ledger.rank0.entries if e.name.startswith("oneshot.rank_data.")]
     assert sum(e.count for e in rd) == channels
     assert sum(e.total_requested for e in rd) == channels * 8 * MIB  # 32 MiB gate, 24 MiB turnkey
@@ -137,7 +138,7 @@ def test_dma_compressed_figures_through_audit() -> None:
 
     for mode, expected in (("ring", 26.2), ("ag", 13.1)):
         config = resolve_config(
-            "turnkey", [f"comm.dma_wire_mode={mode}", "comm.allow_compressed_wire=true"]
+            "turnkey", [*SEED_TURNKEY, f"comm.dma_wire_mode={mode}", "comm.allow_compressed_wire=true"]
         ).config
         found = {f.id: f for f in audit_ledger(config, build_ledger(config)).findings}
         assert round(mib(found["dma-compressed-dead-slots"].recoverable_bytes), 1) == expected
@@ -178,7 +179,7 @@ def test_fold_figures() -> None:
 
 
 def test_fold_ledger_notes_decode_traffic() -> None:
-    ledger = build_ledger(resolve_config("turnkey").config)
+    ledger = build_ledger(resolve_config("turnkey", SEED_TURNKEY).config)
     e = ledger.entry("fold.candidates")
     assert e is not None
     assert "48 rows -> 25,166,016 B" in e.note and "1,434,462,912 B" in e.note
@@ -224,7 +225,9 @@ def test_indexer_plan_rows_cap_at_shipped_configs() -> None:
 
 def test_direct_paged_logits_figure() -> None:
     assert paged_logits.nbytes(64, 524_288) == 128 * MIB
-    config = resolve_config("turnkey", ["cudagraph.capture_sizes=[6,64]"]).config  # largest capture size 64
+    config = resolve_config(
+        "turnkey", [*SEED_TURNKEY, "cudagraph.capture_sizes=[6,64]"]
+    ).config  # largest capture size 64
     ledger = build_ledger(config)
     # DCP 2 also lists the DCP prefill workspace ceiling (ledger/dcp_prefill.py) and, with query split and
     # owner merge unset, the top-k exchange slab (A256(266,240) + 2 * A256(8 * 64 * 2048)) as latent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SEED_TURNKEY, UNSET_DCP_POLICY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
@@ -32,20 +33,22 @@ def test_dma_slab_only_when_dma_is_on() -> None:
 
 
 def test_topk_exchange_only_with_query_split_or_owner_merge() -> None:
-    assert "dcp_topk.slab" not in names("r12-exl3")
-    assert "dcp_topk.slab" in names("r12-exl3", "dcp_policy.query_split=true")
-    assert "dcp_topk.slab" in names("r12-exl3", "dcp_policy.topk_owner_merge=true")
+    assert "dcp_topk.slab" not in names("r12-exl3", *UNSET_DCP_POLICY)
+    assert "dcp_topk.slab" in names("r12-exl3", *UNSET_DCP_POLICY, "dcp_policy.query_split=true")
+    assert "dcp_topk.slab" in names("r12-exl3", *UNSET_DCP_POLICY, "dcp_policy.topk_owner_merge=true")
     assert "dcp_topk.slab" not in names(
-        "r12-exl3", "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false"
+        "r12-exl3", *UNSET_DCP_POLICY, "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false"
     )
     # unset: vLLM's default (off) applies, so nothing is charged and nothing is noted; the slab is listed
     # as latent (a caller's VLLM_DCP_* variable could still turn it on), and only while undecided
-    unset = ledger("r12-exl3")
+    unset = ledger("r12-exl3", *UNSET_DCP_POLICY)
     assert not unset.notes
     assert [e.name for e in unset.latent if e.name == "dcp_topk.slab"] == ["dcp_topk.slab"]
-    decided = ledger("r12-exl3", "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false")
+    decided = ledger(
+        "r12-exl3", *UNSET_DCP_POLICY, "dcp_policy.query_split=false", "dcp_policy.topk_owner_merge=false"
+    )
     assert not decided.notes and "dcp_topk.slab" not in {e.name for e in decided.latent}
-    on = ledger("r12-exl3", "dcp_policy.topk_owner_merge=true")
+    on = ledger("r12-exl3", *UNSET_DCP_POLICY, "dcp_policy.topk_owner_merge=true")
     assert "dcp_topk.slab" not in {e.name for e in on.latent}
     charged, latent = on.entry("dcp_topk.slab"), next(e for e in unset.latent if e.name == "dcp_topk.slab")
     assert charged is not None and charged.requested_bytes == latent.requested_bytes
@@ -55,7 +58,7 @@ def test_topk_exchange_only_with_query_split_or_owner_merge() -> None:
 def test_lane1_only_on_v2_with_speculative_decoding() -> None:
     assert "indexer.prefill.lane1" in names("gate")
     assert "indexer.prefill.lane1" not in names("gate", "speculative.num_speculative_tokens=0")
-    assert "indexer.prefill.lane1" not in names("turnkey")  # V1
+    assert "indexer.prefill.lane1" not in names("turnkey", *SEED_TURNKEY)  # V1
 
 
 def test_no_dcp_pools_at_dcp1() -> None:
@@ -74,13 +77,13 @@ def test_channel_groups_follow_runner_mtp_and_graphs() -> None:
         "dcp_a2a.slab.capture": 3,
     }
     assert ledger("gate", "speculative.num_speculative_tokens=1").entry("dcp_a2a.slab.capture").count == 2  # type: ignore[union-attr]
-    v1 = ledger("turnkey")
+    v1 = ledger("turnkey", *SEED_TURNKEY)
     assert {e.name: (e.count, e.lifetime) for e in v1.rank0.entries if e.name.startswith("dcp_a2a.")} == {
         "dcp_a2a.slab.eager": (1, "profiled"),
         "dcp_a2a.slab.leaked-profiling": (1, "profiled"),
         "dcp_a2a.slab.capture": (1, "unbudgeted"),
     }
-    eager_only = names("turnkey", "cudagraph.mode=NONE")
+    eager_only = names("turnkey", *SEED_TURNKEY, "cudagraph.mode=NONE")
     assert "dcp_a2a.slab.leaked-profiling" not in eager_only and "dcp_a2a.slab.capture" not in eager_only
     assert "cudagraph.pool" not in eager_only
     single = ledger("gate", "comm.single_channel=true")
@@ -110,18 +113,18 @@ def test_oneshot_eager_is_pre_snapshot_and_a2a_eager_is_profiled() -> None:
     ],
 )
 def test_fold_gating(sets: tuple[str, ...], present: bool) -> None:
-    assert ("fold.candidates" in names("turnkey", *sets)) is present
+    assert ("fold.candidates" in names("turnkey", *SEED_TURNKEY, *sets)) is present
 
 
 def test_indexer_off_removes_plans_and_latent_hazard() -> None:
-    led = ledger("turnkey", "indexer.sparse_indexer=false")
+    led = ledger("turnkey", *SEED_TURNKEY, "indexer.sparse_indexer=false")
     assert not [n for n in led.names() if n.startswith("indexer.")]
     # only the DCP hazards (prefill workspace ceiling, top-k exchange slab) stay latent: not indexer plans
     assert [e.name for e in led.latent] == ["dcp.prefill_workspace", "dcp_topk.slab"]
 
 
 def test_indexer_decode_plan_is_absorbed_by_the_prefill_plan() -> None:
-    led = ledger("turnkey")
+    led = ledger("turnkey", *SEED_TURNKEY)
     pre, dec = led.entry("indexer.prefill.lane0"), led.entry("indexer.decode.lane0")
     assert pre is not None and dec is not None
     assert pre.device_bytes > 0 and dec.device_bytes == 0 and "absorbed" in dec.note
@@ -158,7 +161,7 @@ def test_capture_stream_segments_follow_the_capture_passes() -> None:
     assert "oneshot.rank_data_cached.profiling-residue" in gate.names()
     assert "dcp_a2a.slab.profiling-residue" not in gate.names()  # the rollback returns the slabs
     assert "oneshot.slab.profiling-residue" not in gate.names()
-    turnkey = names("turnkey", "parallel.tp=2", "parallel.dcp=2")  # V1: nothing rolled back
+    turnkey = names("turnkey", *SEED_TURNKEY, "parallel.tp=2", "parallel.dcp=2")  # V1: nothing rolled back
     assert {"capture_stream.exchange.leaked-profiling", "capture_stream.exchange.capture"} <= turnkey
     assert not {n for n in turnkey if n.endswith("profiling-residue")}
     for sets in (

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
@@ -118,14 +119,18 @@ def test_svg_memory_map(tmp_path: Path, clean_env: dict[str, str]) -> None:
 
 def test_svg_shows_the_verdicts_findings(tmp_path: Path, clean_env: dict[str, str]) -> None:
     svg = tmp_path / "turnkey.svg"
-    # On a GPU without rig defaults W stays a default, so the shortfall is an unconfirmed caution.
-    args = ("plan", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200", "--svg", str(svg))
+    # A checkpoint nothing is known of on a GPU without rig defaults: W is a default, so a max_model_len
+    # shortfall is an unconfirmed caution.
+    unknown = ("--set", "model.path=/models/unknown", "--set", "model.revision=null")
+    longer = ("--set", "scheduler.max_model_len=1048576")
+    args = ("plan", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200", *unknown, *longer)
+    args += ("--svg", str(svg))
     assert run_cli(*args, env=clean_env).returncode == 0
     root = ET.parse(svg).getroot()
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
     width = int(root.get("width") or 0)
     # The caution (an unconfirmed max_model_len shortfall) is in the picture, wrapped to its width.
-    assert any(t.startswith("! unconfirmed: one 524,288-token request") for t in texts)
+    assert any(t.startswith("! unconfirmed: one 1,048,576-token request") for t in texts)
     assert all(len(t) * 6.5 < width for t in texts)  # ~6.5 px per character at 12 px sans-serif
 
 
@@ -166,28 +171,29 @@ def test_audit_turnkey_findings_and_totals(clean_env: dict[str, str]) -> None:
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     found = {f["id"]: f for f in doc["findings"]}
-    # the shipped turnkey captures multiples of 6 up to its decode window (48): nothing beyond it
-    assert set(found) == {"oneshot-rank-data", "v1-leaked-profiling-channel", "fp32-tile-logits"}
-    # eager + production rank_data: 2 x (8 MiB - 1 MiB); the leaked one is counted under the leak
-    assert found["oneshot-rank-data"]["recoverable_bytes_per_rank"] == 2 * 7 * MIB
-    config = resolve_config("turnkey").config
-    led = build_ledger(config)
-    leaked = [e for e in led.rank0.entries if e.name.endswith("leaked-profiling")]
-    assert found["v1-leaked-profiling-channel"]["recoverable_bytes_per_rank"] == sum(
-        e.total_requested for e in leaked
-    )
+    # upstream's turnkey (V2 runner, MTP 5) captures [4, 8, ..., 64]: the capture-size opinions are audit
+    # findings, never warnings about the preset
+    assert set(found) == {
+        "oneshot-rank-data",
+        "capture-beyond-decode-window",
+        "capture-off-decode-step",
+        "fp32-tile-logits",
+        "indexer-lane1-duplicate",
+    }
+    # eager + target + drafter prefill + drafter decode rank_data: 4 x (8 MiB - 1 MiB)
+    assert found["oneshot-rank-data"]["recoverable_bytes_per_rank"] == 4 * 7 * MIB
     assert found["fp32-tile-logits"]["recoverable_bytes_per_rank"] == 192 * MIB
-    # the launcher's turnkey captured [4, 8, ..., 64]: sizes above 8 x 6 = 48 are priced by the finding
+    # sizes above 8 x 6 = 48 are priced by the capture finding
     from glmlaunch.calibrate.apply import calibration_for
 
-    launcher_sizes = "[" + ",".join(str(s) for s in range(4, 65, 4)) + "]"
-    old = resolve_config("turnkey", [f"cudagraph.capture_sizes={launcher_sizes}"])
-    cal = calibration_for(old.config).calibration
-    led_old = build_ledger(old.config, calibration=cal)
-    pool = next(e for e in led_old.rank0.entries if e.name == "cudagraph.pool")
-    wide = {f.id: f for f in audit_ledger(old.config, led_old).findings}
+    config = resolve_config("turnkey").config
+    cal = calibration_for(config).calibration
+    led = build_ledger(config, calibration=cal)
+    pool = next(e for e in led.rank0.entries if e.name == "cudagraph.pool")
+    wide = {f.id: f for f in audit_ledger(config, led).findings}
     kept = pool.device_bytes * 48 // 64
     assert wide["capture-beyond-decode-window"].recoverable_bytes == pool.device_bytes - kept
+    assert found["capture-off-decode-step"]["recoverable_bytes_per_rank"] == 0
     assert doc["total_recoverable_bytes_per_rank"] == sum(
         f["recoverable_bytes_per_rank"] for f in doc["findings"]
     )
@@ -195,7 +201,24 @@ def test_audit_turnkey_findings_and_totals(clean_env: dict[str, str]) -> None:
         f["recoverable_device_bytes_per_rank"] for f in doc["findings"]
     )
     table = run_cli("audit", "-p", "turnkey", env=clean_env)
-    assert "total" in table.stdout and "checkpoint_b12x_graph_channels" in table.stdout
+    assert "total" in table.stdout and "multiples of MTP+1 = 6" in table.stdout
+
+
+def test_audit_v1_turnkey_leaks_its_profiling_channel(clean_env: dict[str, str]) -> None:
+    # the r12-era turnkey ran the V1 runner: its profiling capture's channel leaks for the process lifetime
+    sets = [a for kv in SEED_TURNKEY for a in ("--set", kv)]
+    out = run_cli("audit", "-p", "turnkey", *sets, "--json", env=clean_env)
+    assert out.returncode == 0, out.stderr
+    found = {f["id"]: f for f in json.loads(out.stdout)["findings"]}
+    # eager + production rank_data: 2 x (8 MiB - 1 MiB); the leaked one is counted under the leak
+    assert found["oneshot-rank-data"]["recoverable_bytes_per_rank"] == 2 * 7 * MIB
+    led = build_ledger(resolve_config("turnkey", SEED_TURNKEY).config)
+    leaked = [e for e in led.rank0.entries if e.name.endswith("leaked-profiling")]
+    assert found["v1-leaked-profiling-channel"]["recoverable_bytes_per_rank"] == sum(
+        e.total_requested for e in leaked
+    )
+    table = run_cli("audit", "-p", "turnkey", *sets, env=clean_env)
+    assert "checkpoint_b12x_graph_channels" in table.stdout
 
 
 def test_audit_gate_lane1_and_capture_window() -> None:
@@ -203,11 +226,11 @@ def test_audit_gate_lane1_and_capture_window() -> None:
     found = {f.id: f for f in audit_ledger(config, build_ledger(config)).findings}
     assert found["indexer-lane1-duplicate"].recoverable_bytes == 557_999_104
     assert "v1-leaked-profiling-channel" not in found
-    assert "capture-beyond-decode-window" not in found  # the shipped gate captures up to its window, 4
-    # the launcher's gate captured [4..32]: with max_num_seqs 1 x (1 + 3) = 4, sizes 8..32 are waste
-    wide = resolve_config("gate", ["cudagraph.capture_rule.max=32"]).config
-    found = {f.id: f for f in audit_ledger(wide, build_ledger(wide)).findings}
+    # the old chain's gate captures [4..32]: with max_num_seqs 1 x (1 + 3) = 4, sizes 8..32 only cost memory
     assert found["capture-beyond-decode-window"].recoverable_bytes == 512 * MIB - 512 * MIB * 4 // 32
+    narrow = resolve_config("gate", ["cudagraph.capture_rule.max=4"]).config
+    found = {f.id: f for f in audit_ledger(narrow, build_ledger(narrow)).findings}
+    assert "capture-beyond-decode-window" not in found
 
 
 def test_audit_dma_disabled_by_crossover() -> None:
@@ -223,14 +246,13 @@ def test_audit_dma_disabled_by_crossover() -> None:
 
 
 def test_diff_two_profiles(clean_env: dict[str, str]) -> None:
-    out = run_cli("diff", "gate", "turnkey", "--json", env=clean_env)
+    out = run_cli("diff", "gate", "exl3-tr3-3.42bpw", "--json", env=clean_env)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     keys = {s["setting"] for s in doc["settings"]}
-    assert {"runner", "parallel.dcp", "memory.kv_cache_dtype"} <= keys
+    assert {"stack", "memory.kv_cache_dtype", "memory.num_gpu_blocks_override", "model.online_quant"} <= keys
     entries = {e["name"]: e for e in doc["entries"]}
-    assert entries["indexer.prefill.lane1"]["right_device_bytes"] is None
-    assert entries["dcp_a2a.slab.leaked-profiling"]["left_device_bytes"] is None
+    assert entries["dma.slab"]["left_device_bytes"] is not None
     for term in doc["budget"]:
         assert term["delta"] == term["right"] - term["left"]
 
@@ -241,7 +263,7 @@ def test_diff_profile_and_overrides(clean_env: dict[str, str]) -> None:
     assert doc["right"]["overrides"] == ["comm.single_channel=true"]
     assert [s["setting"] for s in doc["settings"]] == ["comm.single_channel"]
     gone = {e["name"] for e in doc["entries"] if e["right_device_bytes"] is None}
-    assert "dcp_a2a.slab.leaked-profiling" in gone
+    assert "dcp_a2a.slab.capture" in gone  # one channel for eager and every capture
     text = run_cli("diff", "turnkey", "--set", "comm.single_channel=true", env=clean_env)
     assert "comm.single_channel" in text.stdout
     nothing = run_cli("diff", "turnkey", env=clean_env)

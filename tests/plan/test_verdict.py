@@ -77,11 +77,15 @@ def test_every_non_ok_verdict_names_its_real_blocker(
 
 
 def test_confidence_names_the_terms_it_rests_on() -> None:
-    # On another GPU nothing is calibrated: every term is a built-in default or an estimate.
-    other = verdict("turnkey", OTHER_GPU)
+    # On another GPU nothing is calibrated: U_pre, P, N and G_e are built-in defaults; W of an unknown
+    # checkpoint is the built-in fallback; the KV record of a known dtype is exact.
+    other = verdict("turnkey", OTHER_GPU, "model.path=/models/unknown", "model.revision=null")
     assert other.confidence == "estimate"
-    assert dict(other.sources)["W"] == "default" and dict(other.sources)["KV bytes/token"] == "estimate"
-    assert "KV bytes/token is an estimate" in other.confidence_text()
+    assert dict(other.sources)["W"] == "default" and dict(other.sources)["KV bytes/token"] == "exact"
+    assert "W, P, N and G_e are built-in defaults" in other.confidence_text()
+    # the shipped turnkey's W is the documented 3.0 bpw figure of another release: an estimate
+    shipped = verdict("turnkey", OTHER_GPU)
+    assert dict(shipped.sources)["W"] == "estimate" and "W is an estimate" in shipped.confidence_text()
     # An exact KV record (fp8) and W given by the profile: the request fit's inputs other than the
     # profiled terms are known; the margin alone rests on U_pre, a built-in default here.
     below = verdict("gate", OTHER_GPU, "memory.min_margin=20GiB")

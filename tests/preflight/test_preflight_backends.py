@@ -6,6 +6,7 @@ import inspect
 from typing import Any
 
 import pytest
+from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
@@ -28,7 +29,8 @@ def test_capture_passes_follow_the_runner() -> None:
     ]
     mtp0 = capture_passes(_config("gate", "speculative.num_speculative_tokens=0"))
     assert [p.name for p in mtp0] == ["profiling", "target"]
-    turnkey = capture_passes(_config("turnkey"))
+    # the r12-era turnkey's V1 runner: one capture pass, its profiling channel leaked
+    turnkey = capture_passes(_config("turnkey", *SEED_TURNKEY))
     assert [(p.name, p.rollback, p.role) for p in turnkey] == [
         ("profiling", False, "leaked-profiling"), ("target", False, "capture")
     ]
@@ -66,11 +68,16 @@ def test_backend_choice_says_why() -> None:
     assert choose_backend("replay", gate, "cuda", "9.0").reason == "chosen with --backend"
 
 
-@pytest.mark.parametrize(("profile", "channels", "rollback"), [("gate", 4, True), ("turnkey", 3, False)])
-def test_b12x_call_sequence_on_its_real_pool_classes(profile: str, channels: int, rollback: bool) -> None:
+@pytest.mark.parametrize(
+    ("profile", "sets", "channels", "rollback"),
+    [("gate", (), 4, True), ("turnkey", (), 4, True), ("turnkey", SEED_TURNKEY, 3, False)],
+)
+def test_b12x_call_sequence_on_its_real_pool_classes(
+    profile: str, sets: tuple[str, ...], channels: int, rollback: bool
+) -> None:
     """b12x 1.5.1's own pools mint, roll back and keep channels as vLLM's runner sequence makes them."""
     pytest.importorskip("b12x.comm.pcie")
-    run = run_preflight(_config(profile, "stack=b12x"), backend="b12x", device="cpu")
+    run = run_preflight(_config(profile, *sets, "stack=b12x"), backend="b12x", device="cpu")
     report = build_report(run)
     assert report.exit_code == 0, report.root_cause
     # The arenas the workers allocate are sized by b12x's own planner, through the ledger's bridge.

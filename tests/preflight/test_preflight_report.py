@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.units import MIB
@@ -30,7 +31,9 @@ def _recorded(
     segments a capture pass opens, and what the rolled-back profiling pass leaves).
     """
     doc = json.loads((BENCH / name).read_text())
-    config = resolve_config(profile, [f"parallel.tp={tp}", f"parallel.dcp={tp}"], environ={}).config
+    # the turnkey runs were recorded with the r12-era turnkey (V1 runner, A2A cap 64, no LMCache)
+    era = list(SEED_TURNKEY) if profile == "turnkey" else []
+    config = resolve_config(profile, [*era, f"parallel.tp={tp}", f"parallel.dcp={tp}"], environ={}).config
     ledger = build_ledger(config)
     results = [RankResult.from_dict(r) for r in doc["results"]]
     if current_covers:

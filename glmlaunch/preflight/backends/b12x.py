@@ -105,7 +105,7 @@ class B12xBackend:
         eager = cfg.comm.oneshot_eager_bytes
         if self.use_oneshot:
             kwargs: dict[str, Any] = dict(eager_buffer_bytes=eager, max_size=eager,
-                                          single_channel=cfg.comm.single_channel)
+                                          single_channel=bool(cfg.comm.single_channel))
             if rt.cuda:
                 self.oneshot = oneshot_cls.from_exchange_group(exchange_group=rt.tp_group, device=rt.device,
                                                                **kwargs)
@@ -137,7 +137,7 @@ class B12xBackend:
                 total_heads=(geo.num_attention_heads // cfg.parallel.tp) * rt.dcp,
                 head_dim=geo.kv_lora_rank,
                 query_head_dim=geo.query_head_dim,
-                single_channel=cfg.comm.single_channel,
+                single_channel=bool(cfg.comm.single_channel),
             )
             if rt.cuda:
                 self.dcp = dcp_cls.from_exchange_group(exchange_group=rt.dcp_group, device=rt.device,

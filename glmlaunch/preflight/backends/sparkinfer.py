@@ -118,7 +118,7 @@ class SparkinferBackend:
                 device=rt.device,
                 eager_buffer_bytes=eager,
                 max_size=eager,
-                single_channel=cfg.comm.single_channel,
+                single_channel=bool(cfg.comm.single_channel),
             )
             rt.step(
                 "oneshot.eager_channel",
@@ -157,7 +157,7 @@ class SparkinferBackend:
                 total_heads=(geo.num_attention_heads // cfg.parallel.tp) * rt.dcp,
                 head_dim=geo.kv_lora_rank,
                 query_head_dim=geo.query_head_dim,
-                single_channel=cfg.comm.single_channel,
+                single_channel=bool(cfg.comm.single_channel),
             )
             rt.step(
                 "dcp_a2a.eager_channel",

@@ -1,0 +1,149 @@
+"""Every shipped profile named after a deployment reproduces it: env and argv, setting by setting.
+
+The fixtures in tests/fixtures/upstream/ record what upstream itself resolves (its own code run, never
+retyped): the appliance's variants through malaiwah/glm52-exl3-vast's entrypoint in CONFIG_SMOKE mode with
+the r28 image's calibrator call, and the old launcher chain's DRY_RUN=1 output (blackwell-llm-docker
+launchers/ at 513bd84). Each fixture names its repository, commit and command.
+
+Differences allowed, each for a documented reason and nothing else:
+
+* host-derived values: the GPU order (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER) and the local model
+  directory (upstream downloads MODEL_REPO@MODEL_REVISION into it; glmlaunch names the same checkpoint as
+  the hub id with --revision, which the test checks against the fixture's checkpoint);
+* values upstream's PCIe calibrator measures on the host (the fixture lists them): glmlaunch keeps the
+  value measured on the rig, or, for the old chain, the calibrator's dry-run fallback, which must match;
+* the old chain's own launcher variables (MODEL, TP, GRAPH, …), which only the chain's scripts read;
+* the LMCache server wrapper: glmlaunch passes the connector and the wrapper's variable itself (they are
+  compared), starting the server belongs to the container.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glmlaunch.config.environment import produced_env
+from glmlaunch.config.render_args import full_argv
+from glmlaunch.config.resolve import resolve_config
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
+
+#: shipped profile -> the fixture of the deployment it is named after
+PROFILES = {
+    "turnkey": "exl3-tr3",
+    "exl3-tr3-3.25bpw": "exl3-tr3-3.25bpw",
+    "exl3-tr3-3.36bpw": "exl3-tr3-3.36bpw",
+    "exl3-tr3-3.42bpw": "exl3-tr3-3.42bpw",
+    "r12-exl3": "old-chain-r12",
+    "gate": "old-chain-gate",
+}
+GPU_ORDER = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}
+#: serve-gilded-gnosis.sh's preset variables, read by the chain's own scripts (v19/v16) and by nothing else
+CHAIN_KNOBS = frozenset(
+    {
+        "ASYNC_SCHEDULING", "DCP", "DCP_KV_CACHE_INTERLEAVE_SIZE", "F8_DMA", "GPU_MEMORY_UTILIZATION",
+        "GRAPH",
+        "KV_CACHE_DTYPE", "LOAD_FORMAT", "MAX_BATCHED_TOKENS", "MAX_MODEL_LEN", "MAX_NUM_SEQS", "MODEL",
+        "MODEL_FAMILY", "MODEL_REVISION", "MOE_BACKEND", "MOE_MODE", "MTP", "MTP_DRAFT_SAMPLE_METHOD",
+        "MTP_MOE_BACKEND", "ONLINE_QUANT", "QUANTIZATION", "SERVED_MODEL_NAME", "TP",
+    }
+)  # fmt: skip
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    return doc
+
+
+def _calibrated(fx: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in fx["excluded"] if e.get("kind") == "calibrator" and "name" in e}
+
+
+def _upstream_env(fx: dict[str, Any]) -> dict[str, str]:
+    env = dict(fx["env"])
+    wrapper = fx.get("lmcache_wrapper")
+    if wrapper:
+        env.update(wrapper["vllm_env_changed"])
+    return env
+
+
+def _upstream_argv(fx: dict[str, Any]) -> list[str]:
+    wrapper = fx.get("lmcache_wrapper")
+    return list(fx["argv"]) + (list(wrapper["vllm_argv_appended"]) if wrapper else [])
+
+
+def _flags(argv: list[str]) -> dict[str, Any]:
+    """``--flag value`` pairs after ``vllm serve MODEL``; JSON values parsed, bare flags True."""
+    out: dict[str, Any] = {}
+    i = 3
+    while i < len(argv):
+        name = argv[i]
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value: Any = argv[i + 1]
+            if value[:1] in "{[":
+                value = json.loads(value)
+            assert name not in out, f"{name} given twice"
+            out[name] = value
+            i += 2
+        else:
+            out[name] = True
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_env_equals_upstream(profile: str) -> None:
+    fx = _fixture(PROFILES[profile])
+    config = resolve_config(profile, (), environ={}).config
+    ours = {e.name: e.value for e in produced_env(config)}
+    theirs = _upstream_env(fx)
+    calibrated = _calibrated(fx)
+    chain = profile in ("r12-exl3", "gate")
+    diffs = []
+    for name in sorted(set(ours) | set(theirs)):
+        if name in GPU_ORDER or (chain and name in CHAIN_KNOBS):
+            continue
+        if name in calibrated:
+            if chain:
+                # the chain's dry run shows the calibrator's fallback: the preset keeps exactly that
+                assert ours.get(name) == calibrated[name]["values"]["dry_run"], name
+            else:
+                assert name in ours, f"{name}: glmlaunch keeps a measured value for what upstream calibrates"
+            continue
+        if ours.get(name) != theirs.get(name):
+            diffs.append(f"{name}: glmlaunch {ours.get(name)!r}, upstream {theirs.get(name)!r}")
+    assert diffs == [], f"{profile} env differs from {PROFILES[profile]}:\n" + "\n".join(diffs)
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_argv_equals_upstream(profile: str) -> None:
+    fx = _fixture(PROFILES[profile])
+    config = resolve_config(profile, (), environ={}).config
+    ours, theirs = full_argv(config), _upstream_argv(fx)
+    assert ours[:2] == theirs[:2] == ["vllm", "serve"]
+    mine, upstream = _flags(ours), _flags(theirs)
+    if profile in ("r12-exl3", "gate"):
+        # the old chain names the hub checkpoint itself: parity is exact, order included
+        assert ours == theirs
+        return
+    # upstream serves its local download of MODEL_REPO@MODEL_REVISION; glmlaunch names that checkpoint
+    ck = fx["checkpoint"]
+    assert ours[2] == ck["repo"] and theirs[2].rstrip("/").rsplit("/", 1)[-1] == ck["dirname"]
+    assert mine.pop("--revision") == ck["revision"] and "--revision" not in upstream
+    assert mine == upstream
+
+
+def test_every_fixture_names_its_source() -> None:
+    for name in set(PROFILES.values()):
+        src = _fixture(name)["source"]
+        assert len(src["commit"]) == 40 and src["repo"] and src["command"]
+
+
+def test_no_shipped_profile_warns_about_itself() -> None:
+    for profile in PROFILES:
+        resolved = resolve_config(profile, (), environ={})
+        assert resolved.warnings == (), [d.one_line() for d in resolved.warnings]
+        assert resolved.notes == (), [d.one_line() for d in resolved.notes]
