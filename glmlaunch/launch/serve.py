@@ -37,8 +37,8 @@ from glmlaunch.errors import (
     NoGpuError,
     PreflightError,
 )
+from glmlaunch.hardware.baseline import GpuMemory, baseline_problems, read_gpu_memory
 from glmlaunch.hardware.checks import CheckReport, MemoryInputs, ledger_budget, run_checks
-from glmlaunch.hardware.inventory import Inventory
 from glmlaunch.launch.handoff import (
     EnvChange,
     LaunchSpec,
@@ -327,42 +327,6 @@ def preflight_forecast(config: DeploymentConfig, environ: Mapping[str, str]) -> 
     return None
 
 
-@dataclass(frozen=True)
-class GpuMemory:
-    """One GPU's free memory and the processes holding it, as NVML saw it."""
-
-    index: int
-    free_bytes: int | None
-    pids: tuple[int, ...]
-
-
-def baseline_problems(
-    before: Sequence[GpuMemory],
-    now: Sequence[GpuMemory],
-    worker_pids: Sequence[int],
-    alive_workers: Sequence[int],
-    slack_bytes: int,
-) -> list[str]:
-    """What keeps vLLM from starting on clean GPUs: live workers, workers holding memory, memory not back."""
-    problems = [f"preflight worker process group {pid} is still alive" for pid in alive_workers]
-    current = {g.index: g for g in now}
-    for b in before:
-        a = current.get(b.index)
-        if a is None:
-            problems.append(f"GPU {b.index} is no longer visible")
-            continue
-        held = sorted(set(worker_pids) & set(a.pids))
-        if held:
-            problems.append(f"GPU {b.index}: preflight worker pid(s) {held} still hold memory")
-        lost_bytes = (b.free_bytes or 0) - (a.free_bytes or 0)
-        if b.free_bytes is not None and a.free_bytes is not None and lost_bytes > slack_bytes:
-            lost = lost_bytes / 2**20
-            others = sorted(set(a.pids) - set(b.pids) - set(worker_pids))
-            held_by = f" (new holder pid(s) {others})" if others else ""
-            problems.append(f"GPU {b.index}: {lost:.0f} MiB less free than before the preflight{held_by}")
-    return problems
-
-
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -373,23 +337,12 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def gpu_memory_of(inv: Inventory) -> list[GpuMemory]:
-    return [GpuMemory(g.index, g.memory_free, tuple(p.pid for p in g.processes)) for g in inv.gpus]
-
-
-def _gpu_memory(environ: Mapping[str, str]) -> list[GpuMemory]:
-    # Always live NVML: a saved inventory (GLMLAUNCH_INVENTORY) cannot show what the preflight left.
-    from glmlaunch.hardware.probe import probe
-
-    return gpu_memory_of(probe(environ=environ))
-
-
 def confirm_baseline(
     run: PreflightRun,
     environ: Mapping[str, str],
     *,
     wait_s: float = BASELINE_WAIT_S,
-    read_gpus: Callable[[Mapping[str, str]], list[GpuMemory]] = _gpu_memory,
+    read_gpus: Callable[[Mapping[str, str]], list[GpuMemory]] = read_gpu_memory,
 ) -> StageRecord:
     """Before exec: the preflight's workers are gone and every GPU has its pre-preflight free memory back."""
     from glmlaunch.preflight.api import LEAK_SLACK_BYTES

@@ -24,9 +24,9 @@ from conftest import FIXTURES, REPO, glmlaunch_exe
 from glmlaunch.config.environment import compose
 from glmlaunch.config.render_args import full_argv
 from glmlaunch.config.resolve import resolve_config
+from glmlaunch.hardware.baseline import GpuMemory, baseline_problems, gpu_memory_of
 from glmlaunch.hardware.inventory import load_inventory
 from glmlaunch.launch.handoff import locate_vllm, mask_argv
-from glmlaunch.launch.serve import GpuMemory, baseline_problems, gpu_memory_of
 
 INVENTORY = FIXTURES / "inventories" / "rtxpro6000x4.json"
 FITS = "scheduler.max_model_len=262144"
