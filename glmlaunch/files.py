@@ -96,9 +96,10 @@ def write_text(
 
     ``key`` names the option in errors (``--svg``). ``make_parents`` creates missing parent directories;
     without it a missing directory is an error. A new file gets the usual mode (0666 less the umask); a
-    replaced file keeps its permission bits. ``mode`` (such as ``0o600`` for a file private to the user)
-    is set on the temporary file before any byte is written, so the data is never readable by others. Text that cannot be encoded (lone surrogates from a file name
-    that is not valid UTF-8) is written as the original bytes.
+    replaced file keeps its permission bits. ``mode`` (such as ``0o600`` for a file private to the user) is
+    set on the temporary file before any byte is written, so the data is never readable by others. Text that
+    cannot be encoded (lone surrogates from a file name that is not valid UTF-8) is written as the original
+    bytes.
     """
     target = check_writable_target(path, key=key)
     parent = target.parent

@@ -85,7 +85,9 @@ TOOL_VARS: dict[str, str] = {
         "seconds the container runtime waits after its stop signal before SIGKILL (compose "
         "stop_grace_period); a supervised stop escalates inside it"
     ),
-    GLMLAUNCH_STRICT_EXIT: "1: like `serve --strict-exit` (exit 9 when vLLM exits 0 after a fatal engine error)",
+    GLMLAUNCH_STRICT_EXIT: (
+        "1: like `serve --strict-exit` (exit 9 when vLLM exits 0 after a fatal engine error)"
+    ),
 }
 
 #: Settings reachable through the environment are ``GLMLAUNCH_<SECTION>__<FIELD>``.
