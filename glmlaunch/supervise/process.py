@@ -326,11 +326,13 @@ def exit_like(code: int | None, sig: int | None) -> NoReturn:
 
             # vLLM's crash is vLLM's: glmlaunch relaying a SIGSEGV/SIGABRT must not dump a core of itself.
             resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL has no disposition to reset
             signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        with contextlib.suppress(OSError):
             os.kill(os.getpid(), sig)
-            time.sleep(1.0)  # delivery is asynchronous only across threads; this is not reached
+            time.sleep(1.0)  # a signal to oneself is delivered before kill() returns; not reached
     os._exit(128 + sig)
 
 

@@ -2,10 +2,10 @@
 
 One thread consumes what the readers (:mod:`glmlaunch.supervise.tee`) queued and, per complete line:
 
-* masks secrets (:func:`glmlaunch.output.mask_secrets`: the registered values — the caller's
-  secret-named variables, the configuration's, ``--api-key``'s — and ``NAME=value`` forms) and appends
-  the line to the boot's private copy: ``boot.log`` up to and including the ready line (the boot, which
-  the calibration record is built from; at most :data:`BOOT_LOG_CAP` bytes), ``serve.log`` after it
+* masks secrets (every registered value: the caller's secret-named variables, the configuration's, the
+  values of ``--api-key``-like flags; :func:`mask_line`) and appends the line to the boot's private
+  copy: ``boot.log`` up to and including the ready line (the boot, which the calibration record is
+  built from; at most :data:`BOOT_LOG_CAP` bytes), ``serve.log`` after it
   (rotated to ``serve.log.1`` every :data:`SERVE_LOG_CAP` / 2 bytes, so the newest output is kept);
 * feeds the :class:`~glmlaunch.supervise.timeline.Timeline` its markers;
 * keeps the first line of each kind of failure (:class:`Finding`): a Python exception, a CUDA
@@ -33,7 +33,7 @@ from typing import Literal
 
 from glmlaunch.calibrate.logs import strip_ansi
 from glmlaunch.config.units import MIB
-from glmlaunch.output import known_secrets, mask_secrets
+from glmlaunch.output import MASK, known_secrets
 from glmlaunch.supervise.tee import Item
 from glmlaunch.supervise.timeline import READY_LINE, Timeline
 
@@ -52,8 +52,6 @@ ENGINE_FATAL_MARKERS = (
     "EngineCore failed to start",
     "Engine core initialization failed",
 )
-# A quick test before the masking regexes run: most log lines name no secret at all.
-_MAYBE_SECRET_RE = re.compile(r"token|key|secret|passw|credential", re.IGNORECASE)
 
 FindingKind = Literal["exception", "oom", "engine-fatal"]
 
@@ -86,8 +84,15 @@ def open_private(path: Path) -> int:
 
 
 def mask_line(text: str, secrets: list[str]) -> str:
-    if _MAYBE_SECRET_RE.search(text) or any(s in text for s in secrets):
-        return mask_secrets(text)
+    """``text`` with every registered secret value replaced (longest first); the same object when none.
+
+    Only values: vLLM's lines are vLLM's, and a name pattern would also take ``cache_key=41d9…`` for a
+    credential. Every secret the launch holds is registered (the caller's secret-named variables, the
+    configuration's, the values of secret flags), so that is every secret vLLM can have from glmlaunch.
+    """
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
     return text
 
 
