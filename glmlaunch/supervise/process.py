@@ -216,12 +216,19 @@ def _read_proc(pid: int) -> Proc | None:
     fields = rest.split()
     if len(fields) < 2:
         return None
-    name = head.partition("(")[2]
+    name = proc_name = head.partition("(")[2]
     with contextlib.suppress(OSError):
-        cmdline = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
-        if cmdline and cmdline[0]:
-            # vLLM renames its processes (setproctitle: "VLLM::EngineCore"): the title is argv[0]
-            name = os.path.basename(cmdline[0].decode("utf-8", "replace"))[:60] or name
+        args = [
+            a.decode("utf-8", "replace") for a in (PROC / str(pid) / "cmdline").read_bytes().split(b"\0") if a
+        ]
+        if args:
+            # vLLM renames its processes (setproctitle: "VLLM::EngineCore"): the title is argv[0]; for an
+            # interpreter, the script and its first arguments say more
+            shown = args[:3] if os.path.basename(args[0]).startswith("python") else args[:1]
+            name = " ".join(
+                [os.path.basename(shown[0]), *(os.path.basename(a) for a in shown[1:2]), *shown[2:]]
+            )
+            name = name[:80] or proc_name
     return Proc(pid, int(fields[1]), name, fields[0] == "Z")
 
 

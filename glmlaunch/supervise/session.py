@@ -387,6 +387,11 @@ def _on_ready(run: _Run, stream: BootStream) -> None:
     record = _ingest(run, _supervised(run, "running"))
     if record is None:
         note(f"supervise: no calibration record from this boot: {run.record_problem}")
+    elif not record.usable:
+        note(
+            f"supervise: calibration record {record.record_id} written ({run.record_path}); not usable "
+            f"on its own: {record.unusable_reason()}"
+        )
     else:
         launch = run.launch
         for line in plan_vs_boot(launch.plan_terms, launch.plan_kv_tokens, record, launch.calibration):
@@ -524,7 +529,7 @@ def _report(run: _Run, verdict: Verdict, left: list[process.LeftBehind], baselin
         note(f"supervise: GPU check skipped: {baseline['note']}")
     if run.record is not None and not run.ready_at:
         note(f"supervise: calibration record {run.record.record_id} written ({run.record_path})")
-    elif run.record is None and run.record_problem:
+    elif run.record is None and run.record_problem and not run.ready_at:  # (at ready it was said then)
         note(f"supervise: no calibration record: {run.record_problem}")
 
 

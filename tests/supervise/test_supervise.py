@@ -77,6 +77,22 @@ def env(clean_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 
 _HOMES: dict[int, Path] = {}
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_was_started() -> Iterator[None]:
+    """A test that fails half-way leaves no supervisor running: SIGTERM (it drains vLLM), then SIGKILL."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def start(profile: Path, env: dict[str, str], *args: str, **fake: str) -> subprocess.Popen[bytes]:
@@ -94,6 +110,7 @@ def start(profile: Path, env: dict[str, str], *args: str, **fake: str) -> subpro
             cwd=home,
         )
     _HOMES[proc.pid] = home
+    _STARTED.append(proc)
     return proc
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
-from test_supervise import FAKE, INVENTORY, finish, outcome, start
+from test_supervise import FAKE, INVENTORY, _stop_what_was_started, finish, outcome, start
 
 from glmlaunch.calibrate.profile_import import build_profile
 from glmlaunch.output import MASK, register_secret, reset_secrets
@@ -22,6 +22,7 @@ from glmlaunch.supervise.stream import BootStream
 from glmlaunch.supervise.timeline import Timeline, expected_from_phases, fmt_seconds
 
 OK_LOG = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp0-v1-server.log"
+__all__ = ["_stop_what_was_started"]  # the autouse fixture, for the supervisors started here too
 TRUNCATED_LOG = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp3-v1-server.log"
 
 
