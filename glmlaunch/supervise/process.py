@@ -224,7 +224,7 @@ def _read_proc(pid: int) -> Proc | None:
         if args:
             # vLLM renames its processes (setproctitle: "VLLM::EngineCore"): the title is argv[0]; for an
             # interpreter, the script and its first arguments say more
-            shown = args[:3] if os.path.basename(args[0]).startswith("python") else args[:1]
+            shown = args[:4] if os.path.basename(args[0]).startswith("python") else args[:1]
             name = " ".join(
                 [os.path.basename(shown[0]), *(os.path.basename(a) for a in shown[1:2]), *shown[2:]]
             )
