@@ -67,6 +67,7 @@ BASELINE_WAIT_S = 15.0
 #: free memory that may differ from the baseline without a warning (as after the preflight)
 BASELINE_SLACK_BYTES = 2 * 1024 * 1024
 TICK_S = 1.0
+SWITCH_INTERVAL_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,10 @@ def _run_child(run: _Run, before: list[GpuMemory] | None) -> Result:
     stops = deadlines(launch.argv, launch.stop_grace_s)
     sources, child_out, child_err, close_after, pty_master = _output_fds()
     process.block_signals()
+    # The readers forward vLLM's bytes; the parser and this thread only keep records. A thread waiting for
+    # the GIL gets it after the switch interval at worst: 1 ms instead of CPython's 5 keeps a reader's turn
+    # short (bench/RESULTS.md, "Supervised launch").
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

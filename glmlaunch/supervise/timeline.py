@@ -19,6 +19,7 @@ its expected time is a hang: said once, kept for the diagnosis, never acted on (
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +32,8 @@ MARKERS: tuple[tuple[str, str, bool], ...] = (
 )
 READY_LINE = "Application startup complete"
 PHASES: tuple[str, ...] = tuple(name for name, _, _ in MARKERS)
+_PHASE_OF = {text: name for name, text, _ in MARKERS}
+_MARKER_RE = re.compile("|".join(re.escape(text) for _, text, _ in MARKERS))
 
 #: Seconds each phase may take before it counts as a hang, without an earlier boot to go by.
 DEFAULT_EXPECTED_S: dict[str, float] = {
@@ -86,12 +89,13 @@ class Timeline:
 
     def see(self, line: str, t: float) -> str | None:
         """Record the marker ``line`` holds (if any) at ``t``; return its phase."""
-        for name, text, _ in MARKERS:
-            if text in line:
-                self.first.setdefault(name, t)
-                self.last[name] = t
-                return name
-        return None
+        m = _MARKER_RE.search(line)
+        if m is None:
+            return None
+        name = _PHASE_OF[m.group(0)]
+        self.first.setdefault(name, t)
+        self.last[name] = t
+        return name
 
     @property
     def ready_s(self) -> float | None:
