@@ -4,8 +4,9 @@ Stages in pipeline order (``ls glmlaunch/``): config → ledger (the memory mode
 plan → preflight → supervise → launch, with ``cli.py`` on top. Calibration feeds the plan, so it sits below
 it; the memory model sits below calibration, which fits its residuals. ``supervise`` runs vLLM as a child
 and writes calibration records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates
-the stages and hands the supervisor the prepared launch, so ``launch`` sits above ``supervise``. ``errors.py`` and ``output.py`` are shared by
-every stage; ``output`` reads two names from the one registry (``config.registry``) and nothing else.
+the stages and hands the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
+``errors.py`` and ``output.py`` are shared by every stage; ``output`` reads two names from the one registry
+(``config.registry``) and nothing else.
 
 Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``.
 """
