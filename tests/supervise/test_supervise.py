@@ -271,6 +271,8 @@ def test_calibrate_list_and_boots_show_the_outcome(served: Any) -> None:
     listed = run_cli("calibrate", "list", "--json", env=env)
     [rec] = json.loads(listed.stdout)["records"]
     assert rec["supervised"]["boot_id"] == boot_id and rec["supervised"]["outcome"] == "served"
+    shown = run_cli("calibrate", "show", rec["record_id"][:12], env=env)
+    assert f"supervised boot {boot_id} (glmlaunch boots {boot_id}): served, exit 0" in shown.stderr
     table = run_cli("calibrate", "list", env=env).stdout
     assert f"{boot_id}: served (exit 0)" in " ".join(table.split())
     boots = run_cli("boots", "--json", env=env)

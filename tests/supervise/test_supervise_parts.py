@@ -202,3 +202,25 @@ def test_a_crash_signal_is_relayed_without_a_core_of_glmlaunch(tmp_path: Path) -
     )
     assert done.returncode == -signal.SIGSEGV, done.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("core")]
+
+
+def test_a_hang_then_a_stop_is_diagnosed_as_the_hang() -> None:
+    from glmlaunch.supervise.outcome import classify
+
+    timeline = _fed(TRUNCATED_LOG)
+    timeline.expected_s = {**timeline.expected_s, "profile": 60.0}
+    assert timeline.check_hang(80.0) is not None
+    verdict = classify(
+        code=None,
+        sig=signal.SIGTERM,
+        ready=False,
+        timeline=timeline,
+        findings={},
+        boot=None,
+        stopped_by="SIGTERM from glmlaunch's caller",
+    )
+    assert verdict.kind == "hung"
+    assert verdict.diagnosis == (
+        "no progress past profile for 1 min 11 s (expected at most 1 min, defaults); vLLM then killed by "
+        "signal 15 (SIGTERM) after SIGTERM from glmlaunch's caller"
+    )
