@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from glmlaunch import __version__
 from glmlaunch.errors import ExitCode, GlmlaunchError, LaunchError
-from glmlaunch.output import note, warn
+from glmlaunch.output import debug_enabled, note, warn
 from glmlaunch.supervise import process
 from glmlaunch.supervise.boots import BootDir, last_timeline
 from glmlaunch.supervise.outcome import Verdict, classify, plan_vs_boot
@@ -148,7 +148,7 @@ def _safely(what: str, fn: Callable[[], Any]) -> Any:
     except GlmlaunchError as exc:
         warn(f"supervise: {what}: {exc.one_line()}")
     except Exception as exc:
-        if os.environ.get("GLMLAUNCH_DEBUG") == "1":
+        if debug_enabled():
             raise
         warn(f"supervise: {what} failed: {type(exc).__name__}: {exc}")
     return None
@@ -312,7 +312,7 @@ def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | N
         now = time.monotonic()
         if sig is not None and sig != signal.SIGCHLD:
             if sig == signal.SIGWINCH and pty_master is not None:
-                copy_window_size(1, pty_master)
+                copy_window_size(1 if os.isatty(1) else 2, pty_master)  # the terminal the pty stands for
             process.send(child.pid, sig)
             run.forwarded.append({"t_s": round(now - child.started, 3), "signal": process.signal_name(sig)})
             if sig in process.STOPPING and escalate_at is None:
