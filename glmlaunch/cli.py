@@ -529,6 +529,7 @@ def calibrate_search_cmd(
     cls=Command,
     epilog="""
         glmlaunch serve -p turnkey                                     # the container entrypoint
+        glmlaunch serve -p turnkey --supervise --strict-exit           # vLLM as a supervised child
         glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # what it would run; starts nothing
     """,
 )
@@ -563,8 +564,24 @@ def serve_cmd(
         ),
     ] = None,
     inventory: InventoryOpt = None,
+    supervise: Annotated[
+        bool | None,
+        typer.Option(
+            "--supervise/--exec",
+            help="run vLLM as a supervised child (its log kept and learned from, leftovers reaped), or exec "
+            "it (default: $GLMLAUNCH_SUPERVISE, else exec)",
+            show_default=False,
+        ),
+    ] = None,
+    strict_exit: Annotated[
+        bool,
+        typer.Option(
+            "--strict-exit",
+            help="with --supervise: exit 9 when vLLM exits 0 after a fatal engine error in its log",
+        ),
+    ] = False,
 ) -> None:
-    """Resolve, check, plan, preflight, then exec `vllm serve` (the container entrypoint)."""
+    """Resolve, check, plan, preflight, then exec (or supervise) `vllm serve` (the container entrypoint)."""
     from glmlaunch.launch import serve as serve_mod
 
     serve_mod.validate_json_flag(as_json=json_, dry_run=dry_run)
@@ -578,9 +595,32 @@ def serve_cmd(
             backend=backend,
             vllm_bin=vllm_bin,
             inventory=inventory,
+            supervise=supervise,
+            strict_exit=strict_exit,
         )
     )
     serve_mod.render(plan, as_json=json_)
+
+
+@app.command(
+    "boots",
+    cls=Command,
+    epilog="""
+        glmlaunch boots            # every supervised boot: outcome, exit, ready time, record
+        glmlaunch boots --json     # the same as one document (boots last --json: the newest, in full)
+    """,
+)
+def boots_cmd(
+    boot: Annotated[
+        str | None,
+        typer.Argument(metavar="BOOT", help="a boot id, a unique prefix of one, or last (default: all)"),
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Supervised boots (serve --supervise): their outcomes, or one boot's timeline and diagnosis."""
+    from glmlaunch.supervise.commands import run_boots
+
+    run_boots(boot, as_json=json_)
 
 
 # --- plan / audit / diff (the allocation ledger and the memory budget) ---------------------------

@@ -43,6 +43,7 @@ class ExitCode(IntEnum):
     LAUNCH = 6  # the vllm executable is missing or cannot be executed
     WARNINGS = 7  # only warnings, and --strict was given
     NO_GPU = 8  # no NVIDIA driver / NVML, or no GPU visible
+    ENGINE_FAILED = 9  # serve --strict-exit: vLLM exited 0 after a fatal engine error in its log
     INTERRUPTED = 130  # Ctrl-C / SIGTERM
 
 

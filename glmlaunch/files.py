@@ -90,13 +90,16 @@ def write_text(
     key: str | None = None,
     make_parents: bool = False,
     encoding: str = "utf-8",
+    mode: int | None = None,
 ) -> Path:
     """Write ``text`` to ``path`` atomically; only a regular file or a new path (see the module docstring).
 
     ``key`` names the option in errors (``--svg``). ``make_parents`` creates missing parent directories;
     without it a missing directory is an error. A new file gets the usual mode (0666 less the umask); a
-    replaced file keeps its permission bits. Text that cannot be encoded (lone surrogates from a file name
-    that is not valid UTF-8) is written as the original bytes.
+    replaced file keeps its permission bits. ``mode`` (such as ``0o600`` for a file private to the user) is
+    set on the temporary file before any byte is written, so the data is never readable by others. Text that
+    cannot be encoded (lone surrogates from a file name that is not valid UTF-8) is written as the original
+    bytes.
     """
     target = check_writable_target(path, key=key)
     parent = target.parent
@@ -121,11 +124,13 @@ def write_text(
     try:
         try:
             with os.fdopen(fd, "wb") as handle:
+                if mode is not None:
+                    os.fchmod(handle.fileno(), mode)
                 handle.write(data)
                 handle.flush()
                 try:
                     old = os.stat(target, follow_symlinks=False)
-                    if stat.S_ISREG(old.st_mode):
+                    if mode is None and stat.S_ISREG(old.st_mode):
                         os.fchmod(handle.fileno(), stat.S_IMODE(old.st_mode))
                 except FileNotFoundError:
                     pass

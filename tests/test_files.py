@@ -69,3 +69,14 @@ def test_undecodable_text_is_written_as_its_bytes(tmp_path: Path) -> None:
     name = os.fsdecode(b"boot-\xff.log")
     out = write_text(tmp_path / "a.txt", f"log {name}\n")
     assert out.read_bytes() == b"log boot-\xff.log\n"
+
+
+def test_mode_makes_a_private_file_new_or_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    target.chmod(0o644)
+    write_text(target, "secret-free but private", mode=0o600)
+    assert target.read_text() == "secret-free but private"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    fresh = write_text(tmp_path / "new.json", "x", mode=0o600)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600

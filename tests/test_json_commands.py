@@ -44,6 +44,7 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
     "calibrate ingest": ("calibrate-ingest.schema.json", ["calibrate", "ingest", BOOT_LOG, "--json"]),
     "calibrate list": ("calibrate-list.schema.json", ["calibrate", "list", "--json"]),
     "calibrate show": ("calibrate-show.schema.json", ["calibrate", "show", "-p", "r12-exl3", "--json"]),
+    "boots": ("boots.schema.json", ["boots", "--json"]),
     "calibrate search": (
         "calibrate-search.schema.json",
         ["calibrate", "search", "-p", "r12-exl3", "--objective", "max-batched-tokens", "--no-write",

@@ -1,9 +1,12 @@
 """The package layout is the pipeline: no import cycles, and no stage imports a later one.
 
 Stages in pipeline order (``ls glmlaunch/``): config → ledger (the memory model) → hardware → calibrate →
-plan → preflight → launch, with ``cli.py`` on top. Calibration feeds the plan, so it sits below it; the
-memory model sits below calibration, which fits its residuals. ``errors.py`` and ``output.py`` are shared by
-every stage; ``output`` reads two names from the one registry (``config.registry``) and nothing else.
+plan → preflight → supervise → launch, with ``cli.py`` on top. Calibration feeds the plan, so it sits below
+it; the memory model sits below calibration, which fits its residuals. ``supervise`` runs vLLM as a child
+and writes calibration records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates
+the stages and hands the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
+``errors.py`` and ``output.py`` are shared by every stage; ``output`` reads two names from the one registry
+(``config.registry``) and nothing else.
 
 Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``.
 """
@@ -14,7 +17,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "glmlaunch"
-STAGES = ("config", "ledger", "hardware", "calibrate", "plan", "preflight", "launch", "cli")
+STAGES = ("config", "ledger", "hardware", "calibrate", "plan", "preflight", "supervise", "launch", "cli")
 SHARED = {"glmlaunch", "glmlaunch.errors", "glmlaunch.files", "glmlaunch.output"}
 # What the shared modules may import from the stages: the registry's names and nothing else.
 SHARED_MAY_IMPORT = {"glmlaunch.config.registry", "glmlaunch.config.schema", "glmlaunch.config.units"}

@@ -9,10 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
 from glmlaunch.calibrate.logs import BootLog, parse_log_file
-from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration, build_calibration
+from glmlaunch.calibrate.records import (
+    LOG_GIB_RESOLUTION,
+    Calibration,
+    SupervisedBoot,
+    build_calibration,
+)
 from glmlaunch.calibrate.store import SaveResult, Store
 from glmlaunch.config.safeload import short
 from glmlaunch.config.schema import DeploymentConfig
@@ -71,77 +77,172 @@ def ingest_logs(
     launcher's effective configuration); ``config`` (a ``-p`` profile) is only compared with it, never
     adopted. A log that shows no configuration needs ``config``.
     """
-    from glmlaunch.calibrate.bootconfig import boot_settings
-    from glmlaunch.calibrate.learn import BASE_PROFILE, config_from_settings
-
     if not paths:
         raise ConfigError("give at least one boot log", key="LOG")
     out: list[Ingested] = []
     for path in paths:
-        try:
-            exists = path.exists()
-        except OSError:  # e.g. a name longer than NAME_MAX: read_file says so
-            exists = True
-        if not exists:
-            raise ConfigError("no such log file", key="LOG", value=short(path, 200))
-        try:
-            boot = parse_log_file(path)  # a regular file within MAX_BOOT_LOG_BYTES, else ConfigError
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the log: {exc.strerror or exc}", key="LOG", value=short(path, 200)
-            ) from None
-        if not boot.ranks and not boot.refused:
-            raise ConfigError(
-                "no vLLM worker lines in this file",
-                key="LOG",
-                value=str(path),
-                hint="ingest the whole output of `vllm serve` (its lines start with '(Worker_TP0… pid=…)')",
-            )
-        settings = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
-        notes: list[str] = []
-        boot_cfg: DeploymentConfig | None = None
-        if settings:
-            try:
-                boot_cfg = config_from_settings(settings)
-            except GlmlaunchError as exc:
-                raise ConfigError(
-                    f"the configuration this log booted does not resolve here ({exc.one_line()})",
-                    key="LOG",
-                    value=str(path),
-                    hint="give the profile it booted with (-p NAME) or report the log",
-                ) from None
-        if boot_cfg is None:
-            if config is None:
-                raise ConfigError(
-                    "the log shows no configuration (no `non-default args:` line)",
-                    key="LOG",
-                    value=str(path),
-                    hint="give the profile it booted with: glmlaunch calibrate ingest LOG -p NAME",
-                )
-            boot_cfg = config
-            notes.append(f"keyed on profile {profile or 'default'}: the log shows no configuration")
-        elif config is not None:
-            diffs = profile_differences(config, boot_cfg)
-            if diffs:
-                notes.append(
-                    f"profile {profile} differs from the boot in {len(diffs)} setting(s); the record keeps "
-                    "the boot's: " + "; ".join(diffs)
-                )
-        fingerprint = make_fingerprint(
-            boot_cfg, inventory, vllm_version=boot.engine.vllm_version, versions=versions
-        )
-        record = build_calibration(
-            boot,
-            fingerprint,
-            profile=profile,
-            total_bytes=exact_total(boot_cfg, inventory, boot),
-            boot_settings=settings,
-            base_profile=BASE_PROFILE if settings else None,
-            extra_notes=notes,
+        record = _record_from_log(
+            path, config=config, profile=profile, inventory=inventory, versions=versions
         )
         saved = store.save(record) if store is not None else None
         out.append(Ingested(record, saved))
     return out
+
+
+def _read_boot(path: Path) -> BootLog:
+    try:
+        exists = path.exists()
+    except OSError:  # e.g. a name longer than NAME_MAX: read_file says so
+        exists = True
+    if not exists:
+        raise ConfigError("no such log file", key="LOG", value=short(path, 200))
+    try:
+        boot = parse_log_file(path)  # a regular file within MAX_BOOT_LOG_BYTES, else ConfigError
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the log: {exc.strerror or exc}", key="LOG", value=short(path, 200)
+        ) from None
+    if not boot.ranks and not boot.refused:
+        raise ConfigError(
+            "no vLLM worker lines in this file",
+            key="LOG",
+            value=str(path),
+            hint="ingest the whole output of `vllm serve` (its lines start with '(Worker_TP0… pid=…)')",
+        )
+    return boot
+
+
+def _logged_config(boot: BootLog, path: Path) -> tuple[dict[str, Any], DeploymentConfig | None]:
+    """The settings the log shows (over the base profile) and the configuration they resolve to."""
+    from glmlaunch.calibrate.bootconfig import boot_settings
+    from glmlaunch.calibrate.learn import config_from_settings
+
+    settings = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
+    if not settings:
+        return settings, None
+    try:
+        return settings, config_from_settings(settings)
+    except GlmlaunchError as exc:
+        raise ConfigError(
+            f"the configuration this log booted does not resolve here ({exc.one_line()})",
+            key="LOG",
+            value=str(path),
+            hint="give the profile it booted with (-p NAME) or report the log",
+        ) from None
+
+
+def _record_from_log(
+    path: Path,
+    *,
+    config: DeploymentConfig | None,
+    profile: str | None,
+    inventory: Inventory | None,
+    versions: Mapping[str, str | None] | None,
+) -> Calibration:
+    from glmlaunch.calibrate.learn import BASE_PROFILE
+
+    boot = _read_boot(path)
+    settings, boot_cfg = _logged_config(boot, path)
+    notes: list[str] = []
+    if boot_cfg is None:
+        if config is None:
+            raise ConfigError(
+                "the log shows no configuration (no `non-default args:` line)",
+                key="LOG",
+                value=str(path),
+                hint="give the profile it booted with: glmlaunch calibrate ingest LOG -p NAME",
+            )
+        boot_cfg = config
+        notes.append(f"keyed on profile {profile or 'default'}: the log shows no configuration")
+    elif config is not None:
+        diffs = profile_differences(config, boot_cfg)
+        if diffs:
+            notes.append(
+                f"profile {profile} differs from the boot in {len(diffs)} setting(s); the record keeps "
+                "the boot's: " + "; ".join(diffs)
+            )
+    fingerprint = make_fingerprint(
+        boot_cfg, inventory, vllm_version=boot.engine.vllm_version, versions=versions
+    )
+    return build_calibration(
+        boot,
+        fingerprint,
+        profile=profile,
+        total_bytes=exact_total(boot_cfg, inventory, boot),
+        boot_settings=settings,
+        base_profile=BASE_PROFILE if settings else None,
+        extra_notes=notes,
+    )
+
+
+def launch_differences(launched: DeploymentConfig, logged: DeploymentConfig) -> list[str]:
+    """Where a log's own configuration differs from what glmlaunch launched (memory settings).
+
+    ``env.*`` is left out: a log shows the environment only where a launcher prints it, and the boot
+    configuration read from a log never carries it (the launch's ``env:`` would always "differ").
+    """
+    from glmlaunch.calibrate.fingerprint import memory_settings
+
+    a = {k: v for k, v in memory_settings(launched).items() if k != "env" and not k.startswith("env.")}
+    b = {k: v for k, v in memory_settings(logged).items() if k != "env" and not k.startswith("env.")}
+    return [
+        f"{key}: launched {a.get(key)!r}, logged {b.get(key)!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
+
+
+def ingest_launched(
+    path: Path,
+    *,
+    launched: DeploymentConfig,
+    profile: str,
+    inventory: Inventory | None,
+    store: Store | None,
+    supervised: SupervisedBoot | None = None,
+    versions: Mapping[str, str | None] | None = None,
+) -> Ingested:
+    """The record of a boot glmlaunch launched itself (``serve --supervise``), keyed on ``launched``.
+
+    The key is what glmlaunch started, never re-inferred from the log; everything measured (the parsed
+    log, each rank's terms, the device total) is what ``calibrate ingest`` makes of the same file. Where
+    the log's own configuration differs from the launch, a note lists the settings.
+    """
+    from glmlaunch.calibrate.learn import BASE_PROFILE, settings_over
+
+    boot = _read_boot(path)
+    why: str | None = None
+    logged: DeploymentConfig | None = None
+    try:
+        _, logged = _logged_config(boot, path)
+    except ConfigError as exc:
+        why = f"the log's own configuration does not resolve here ({exc.message})"
+    notes: list[str] = []
+    if logged is not None:
+        diffs = launch_differences(launched, logged)
+        if diffs:
+            notes.append(
+                f"the log's own configuration differs from the launch in {len(diffs)} setting(s); the "
+                "record is keyed on the launch: " + "; ".join(diffs)
+            )
+    else:
+        notes.append(f"keyed on the launch: {why or 'the log shows no configuration of its own'}")
+    fingerprint = make_fingerprint(
+        launched, inventory, vllm_version=boot.engine.vllm_version, versions=versions
+    )
+    record = build_calibration(
+        boot,
+        fingerprint,
+        profile=profile,
+        total_bytes=exact_total(launched, inventory, boot),
+        boot_settings=settings_over(launched, BASE_PROFILE),
+        base_profile=BASE_PROFILE,
+        extra_notes=notes,
+    )
+    if supervised is not None:
+        record = record.model_copy(update={"supervised": supervised})
+    saved = store.save(record) if store is not None else None
+    return Ingested(record, saved)
 
 
 def inventory_for_ingest(inventory_file: Path | None, *, probe: bool) -> tuple[Inventory | None, str]:

@@ -72,6 +72,24 @@ def config_from_settings(settings: dict[str, Any], base: str = BASE_PROFILE) -> 
     return _config_from_settings(base, json.dumps(settings, sort_keys=True, default=str))
 
 
+def _differing(base: Any, mine: Any, prefix: str, out: dict[str, Any]) -> None:
+    # Recurse only where both sides are mappings with the same keys: a mapping whose keys differ (an
+    # env: block, a policy table) is set whole, since a dotted setting can add a key but not remove one.
+    if isinstance(base, dict) and isinstance(mine, dict) and base.keys() == mine.keys() and base:
+        for key in mine:
+            _differing(base[key], mine[key], f"{prefix}{key}.", out)
+    elif base != mine:
+        out[prefix[:-1]] = mine
+
+
+def settings_over(config: DeploymentConfig, base: str = BASE_PROFILE) -> dict[str, Any]:
+    """``config`` as dotted settings over the shipped ``base`` profile (what :func:`config_from_settings`
+    turns back into ``config``): how a record keeps the configuration glmlaunch launched."""
+    out: dict[str, Any] = {}
+    _differing(json.loads(_base_dump(base)), config.model_dump(mode="json"), "", out)
+    return dict(sorted(out.items()))
+
+
 def record_config(record: Calibration) -> DeploymentConfig | None:
     if not record.boot_settings:
         return None
@@ -116,6 +134,25 @@ def record_point(record: Calibration, config: DeploymentConfig | None = None) ->
     )
 
 
+def _one_per_boot(records: Iterable[Calibration]) -> list[tuple[Calibration, str | None]]:
+    """Each record, with the id of the record that already stands for the same log (else None).
+
+    A supervised boot's record is keyed on the launch; ``calibrate ingest`` of the same log keys on the
+    log's own configuration, so one boot can have two records. The supervised one stands for it (it knows
+    what was launched), else the newest.
+    """
+    records = list(records)
+    chosen: dict[str, Calibration] = {}
+    for rec in records:
+        held = chosen.get(rec.boot.sha256)
+        if held is None or (held.supervised is None and rec.supervised is not None):
+            chosen[rec.boot.sha256] = rec
+    return [
+        (rec, None if chosen[rec.boot.sha256] is rec else chosen[rec.boot.sha256].record_id)
+        for rec in records
+    ]
+
+
 @dataclass(frozen=True)
 class Learned:
     model: TermModel | None
@@ -130,7 +167,10 @@ def learn(config: DeploymentConfig, records: Iterable[Calibration]) -> Learned:
     key = group_key(config)
     points: list[Point] = []
     skipped: list[str] = []
-    for rec in records:
+    for rec, same in _one_per_boot(records):
+        if same is not None:
+            skipped.append(f"{rec.record_id}: the same boot log as {same} (a boot counts once)")
+            continue
         if not rec.boot_settings:
             skipped.append(f"{rec.record_id}: no boot configuration in the record (re-ingest its log)")
             continue

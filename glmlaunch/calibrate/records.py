@@ -36,6 +36,21 @@ TRUNCATED_NOTE: Final = "the log ends before every expected line was written"
 REQUIRED_TERMS: tuple[str, ...] = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes")
 
 
+class SupervisedBoot(BaseModel):
+    """The supervised boot a record came from (``glmlaunch serve --supervise``), and how it ended.
+
+    ``outcome`` is ``running`` from the ready line until vLLM exits, then what the supervisor concluded
+    (``served``, ``refused``, ``oom``, ``failed``, ``killed``, ``engine-error``, ``hung``, ``exited``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    boot_id: str
+    outcome: str
+    exit_status: str | None = None  # "exit 0", "signal 9 (SIGKILL)"; None while vLLM runs
+    diagnosis: str | None = None
+
+
 class Calibration(BaseModel):
     """One ingested boot. ``ranks`` holds the derived terms; ``boot`` keeps everything the log said."""
 
@@ -55,6 +70,8 @@ class Calibration(BaseModel):
     # The configuration the boot ran, as glmlaunch settings over ``base_profile`` (from the log itself).
     boot_settings: dict[str, Any] = {}
     base_profile: str | None = None
+    # Set when ``serve --supervise`` wrote the record; ``calibrate ingest`` of the same file keeps it.
+    supervised: SupervisedBoot | None = None
 
     @model_validator(mode="after")
     def _one_term_set_per_rank(self) -> Calibration:

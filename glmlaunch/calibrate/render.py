@@ -55,6 +55,14 @@ def record_report(record: Calibration) -> list[str]:
     """
     boot = record.boot
     lines: list[str] = []
+    if record.supervised is not None:
+        sup = record.supervised
+        line = f"supervised boot {sup.boot_id} (glmlaunch boots {sup.boot_id}): {sup.outcome}"
+        if sup.exit_status:
+            line += f", {sup.exit_status}"
+        if sup.diagnosis:
+            line += f"; {sup.diagnosis}"
+        lines.append(line)
     eng = boot.engine
     if eng.kv_cache_tokens is not None:
         lines.append(f"GPU KV cache size: {eng.kv_cache_tokens:,} tokens")
@@ -111,6 +119,7 @@ def record_document(record: Calibration, *, residuals: Any = None) -> dict[str, 
         "fingerprint_digest": record.fingerprint_digest,
         "total_bytes_exact": record.total_bytes_exact,
         "notes": record.notes,
+        "supervised": record.supervised.model_dump(mode="json") if record.supervised is not None else None,
         "log": {
             "source": record.boot.source,
             "sha256": record.boot.sha256,
@@ -140,14 +149,14 @@ def list_table(records: list[Calibration]) -> Table:
     table = Table(title="calibration records (newest first)", expand=False)
     # Ids and dates are what a reader copies and sorts by: never cut. The long texts (why a record is not
     # usable, the log's path) wrap, and take what width is left.
-    for col in ("id", "created", "profile", "usable", "ranks", "W", "log"):
-        wraps = col in ("usable", "log")
+    for col in ("id", "created", "profile", "usable", "ranks", "W", "boot", "log"):
+        wraps = col in ("usable", "log", "boot")
         table.add_column(
             col,
             no_wrap=not wraps,
             overflow="fold" if wraps else "ellipsis",
-            min_width=len(col) if not wraps else 12,
-            ratio=None if not wraps else (3 if col == "usable" else 2),
+            min_width=len(col) if not wraps else (8 if col == "boot" else 10),
+            ratio=None if not wraps else {"usable": 3, "log": 2}.get(col, 1),
         )
     for r in records:
         worst = r.worst() if r.ranks else None
@@ -158,9 +167,19 @@ def list_table(records: list[Calibration]) -> Table:
             "yes" if r.usable else f"no: {r.unusable_reason()}",
             str(len(r.ranks)),
             _sz(worst.weights_bytes if worst else None),
+            supervised_text(r),
             r.boot.source,
         )
     return table
+
+
+def supervised_text(record: Calibration) -> str:
+    """``boot ID: outcome (exit status)`` for a record ``serve --supervise`` wrote; ``ingested`` otherwise."""
+    sup = record.supervised
+    if sup is None:
+        return "ingested"
+    status = f" ({sup.exit_status})" if sup.exit_status else ""
+    return f"{sup.boot_id}: {sup.outcome}{status}"
 
 
 def search_tables(result: SearchResult) -> list[Table]:

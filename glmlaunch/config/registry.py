@@ -53,6 +53,9 @@ GLMLAUNCH_BACKEND = "GLMLAUNCH_BACKEND"
 GLMLAUNCH_SKIP_PREFLIGHT = "GLMLAUNCH_SKIP_PREFLIGHT"
 GLMLAUNCH_STRICT = "GLMLAUNCH_STRICT"
 GLMLAUNCH_RIG_DEFAULTS = "GLMLAUNCH_RIG_DEFAULTS"
+GLMLAUNCH_SUPERVISE = "GLMLAUNCH_SUPERVISE"
+GLMLAUNCH_STOP_GRACE = "GLMLAUNCH_STOP_GRACE"
+GLMLAUNCH_STRICT_EXIT = "GLMLAUNCH_STRICT_EXIT"
 
 # CUDA variables glmlaunch also reads from the caller (hardware.py honours them when probing).
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
@@ -86,6 +89,14 @@ TOOL_VARS: dict[str, str] = {
     GLMLAUNCH_SKIP_PREFLIGHT: "1 makes `serve` skip the GPU preflight (stated on stderr)",
     GLMLAUNCH_STRICT: "1 makes warnings fail checks, like --strict",
     GLMLAUNCH_RIG_DEFAULTS: "rig-defaults JSON (scripts/derive_rig_defaults.py) replacing the shipped one",
+    GLMLAUNCH_SUPERVISE: "1 makes `serve` supervise vLLM as its child (like --supervise); 0 or unset: exec",
+    GLMLAUNCH_STOP_GRACE: (
+        "seconds the container runtime waits after its stop signal before SIGKILL (compose "
+        "stop_grace_period); a supervised stop escalates inside it"
+    ),
+    GLMLAUNCH_STRICT_EXIT: (
+        "1: like `serve --strict-exit` (exit 9 when vLLM exits 0 after a fatal engine error)"
+    ),
 }
 
 #: Settings reachable through the environment are ``GLMLAUNCH_<SECTION>__<FIELD>``.

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from glmlaunch import no_plugin_scan
 from glmlaunch.config.registry import TOOL_PREFIX, TOOL_VARS
@@ -41,6 +41,9 @@ class ToolSettings(BaseModel):
     skip_preflight: bool = False
     strict: bool = False
     rig_defaults: Path | None = None
+    supervise: bool = False
+    stop_grace: float | None = Field(default=None, gt=0)
+    strict_exit: bool = False
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ToolSettings:

@@ -1,4 +1,4 @@
-"""``glmlaunch serve``: resolve -> check -> plan -> preflight -> exec ``vllm serve``.
+"""``glmlaunch serve``: resolve -> check -> plan -> preflight -> exec (or supervise) ``vllm serve``.
 
 Each stage is one function below; a stage that does not run says so on stderr, with the reason, and is
 recorded in the dry-run document. Nothing falls back silently: a failed stage stops the launch with its
@@ -7,22 +7,30 @@ documented exit code (README "Exit codes").
 Inputs: :class:`ServeOptions` (the command line) and the caller's environment, which also carries the
 whole configuration in a container (``GLMLAUNCH_PROFILE``, ``GLMLAUNCH_SET``,
 ``GLMLAUNCH_<SECTION>__<FIELD>``, ``GLMLAUNCH_SKIP_PREFLIGHT``, ``GLMLAUNCH_BACKEND``,
-``GLMLAUNCH_VLLM_BIN``, ``GLMLAUNCH_INVENTORY``). Output: a :class:`ServePlan`; :func:`serve` then
-replaces the process with vLLM unless ``dry_run`` is set.
+``GLMLAUNCH_VLLM_BIN``, ``GLMLAUNCH_INVENTORY``, ``GLMLAUNCH_SUPERVISE``, ``GLMLAUNCH_STRICT_EXIT``,
+``GLMLAUNCH_STOP_GRACE``). Output: a :class:`ServePlan`; unless ``dry_run`` is set, :func:`serve` then
+replaces the process with vLLM (exec, the command line's default) or runs it as a supervised child
+(:mod:`glmlaunch.supervise`) and ends as vLLM ended.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 from glmlaunch.config.environment import compose
-from glmlaunch.config.registry import GLMLAUNCH_SKIP_PREFLIGHT, GLMLAUNCH_STRICT
+from glmlaunch.config.registry import (
+    GLMLAUNCH_SKIP_PREFLIGHT,
+    GLMLAUNCH_STRICT,
+    GLMLAUNCH_STRICT_EXIT,
+    GLMLAUNCH_SUPERVISE,
+)
 from glmlaunch.config.render_args import full_argv, managed_flag_conflicts
 from glmlaunch.config.resolve import Resolved, resolve_config
 from glmlaunch.config.schema import DeploymentConfig
@@ -37,6 +45,7 @@ from glmlaunch.errors import (
     NoGpuError,
     PreflightError,
 )
+from glmlaunch.hardware.baseline import GpuMemory, baseline_problems, read_gpu_memory
 from glmlaunch.hardware.checks import CheckReport, MemoryInputs, ledger_budget, run_checks
 from glmlaunch.hardware.inventory import Inventory
 from glmlaunch.launch.handoff import (
@@ -62,6 +71,7 @@ BACKENDS = ("auto", "sparkinfer", "b12x", "replay")
 #: ``serve --dry-run --json``'s document version (docs/schemas/serve-dry-run.schema.json).
 DRY_RUN_SCHEMA_VERSION = 1
 StageName = Literal["resolve", "check", "plan", "preflight", "baseline"]
+Mode = Literal["exec", "supervise"]
 StageStatus = Literal["ok", "warn", "skipped", "failed"]
 
 #: How long to wait, after the preflight's teardown, for the driver to hand GPU memory back.
@@ -81,6 +91,40 @@ class ServeOptions:
     backend: str | None = None
     vllm_bin: str | None = None
     inventory: Path | None = None
+    #: True: --supervise, False: --exec, None: GLMLAUNCH_SUPERVISE decides (default exec)
+    supervise: bool | None = None
+    #: --strict-exit (or GLMLAUNCH_STRICT_EXIT=1): exit 9 when vLLM exits 0 after a fatal engine error
+    strict_exit: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchMode:
+    """exec or supervise, and what decided it."""
+
+    mode: Mode
+    source: str  # "--supervise", "--exec", "GLMLAUNCH_SUPERVISE=1", "default"
+    strict_exit: bool = False
+    stop_grace_s: float | None = None
+
+    def line(self) -> str:
+        if self.mode == "exec":
+            return (
+                f"mode exec ({self.source}): glmlaunch is replaced by vLLM (same pid); no boot directory, "
+                "no calibration record"
+            )
+        extra = "; --strict-exit" if self.strict_exit else ""
+        return (
+            f"mode supervise ({self.source}): vLLM runs as glmlaunch's child; its log, outcome and "
+            f"calibration record are kept under the cache (boots/){extra}"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "mode": self.mode,
+            "source": self.source,
+            "strict_exit": self.strict_exit,
+            "stop_grace_s": self.stop_grace_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -138,6 +182,13 @@ class ServePlan:
     blocking: tuple[Blocking, ...] = ()
     #: the memory verdict of the plan stage (glmlaunch.ledger.verdict)
     verdict: Verdict | None = None
+    mode: LaunchMode = LaunchMode("exec", "default")
+    #: what a supervised launch keeps (the resolved configuration, the budget, the evidence)
+    config: DeploymentConfig | None = None
+    budget: Budget | None = None
+    calibration: str = ""
+    inventory: Inventory | None = None
+    preflight: dict[str, Any] | None = None
 
     @property
     def failure(self) -> GlmlaunchError | None:
@@ -151,6 +202,7 @@ class ServePlan:
             "dry_run": self.dry_run,
             "started": False,
             "would_start": self.failure is None,
+            "mode": self.mode.to_json(),
             "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
             "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
             "blocking": [b.to_json() for b in self.blocking],
@@ -203,6 +255,7 @@ class _BudgetMemo:
     budget: Budget | None = None
     inputs: MemoryInputs | None = None
     calibration: object | None = None  # the term model's ledger inputs (calibration records / rig defaults)
+    inventory: Inventory | None = None  # what the check read (a supervised boot keeps it)
 
     def __call__(self, config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
         self.budget = ledger_budget(config, inputs, calibration=self.calibration)
@@ -237,6 +290,7 @@ def check_stage(
             raise
         record = StageRecord("check", "skipped", "no GPU to check here", exit_code=int(exc.exit_code))
         return record, None, memo, exc
+    memo.inventory = inv
     report = run_checks(
         config, inv, purpose="serve", profile=profile, budget_fn=memo, calibration=calibration
     )
@@ -266,6 +320,13 @@ def check_stage(
 def plan_stage(
     config: DeploymentConfig, memo: _BudgetMemo, *, dry_run: bool = False
 ) -> tuple[StageRecord, Verdict, MarginError | None]:
+    record, verdict, error, _ = plan_stage_budget(config, memo, dry_run=dry_run)
+    return record, verdict, error
+
+
+def plan_stage_budget(
+    config: DeploymentConfig, memo: _BudgetMemo, *, dry_run: bool = False
+) -> tuple[StageRecord, Verdict, MarginError | None, Budget]:
     """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
     budget, basis = memo.budget, "the GPUs' real memory"
     cal = memo.calibration
@@ -282,10 +343,10 @@ def plan_stage(
             f"plan: {verdict.summary()}",
             hint="`glmlaunch plan` shows every entry; lower memory.gpu_memory_utilization or the pools",
         )
-        return StageRecord("plan", "failed", text, exit_code=int(error.exit_code)), verdict, error
+        return StageRecord("plan", "failed", text, exit_code=int(error.exit_code)), verdict, error, budget
     record = StageRecord("plan", "ok", text)
     _say(record, dry_run=dry_run)
-    return record, verdict, None
+    return record, verdict, None, budget
 
 
 def preflight_stage(
@@ -327,42 +388,6 @@ def preflight_forecast(config: DeploymentConfig, environ: Mapping[str, str]) -> 
     return None
 
 
-@dataclass(frozen=True)
-class GpuMemory:
-    """One GPU's free memory and the processes holding it, as NVML saw it."""
-
-    index: int
-    free_bytes: int | None
-    pids: tuple[int, ...]
-
-
-def baseline_problems(
-    before: Sequence[GpuMemory],
-    now: Sequence[GpuMemory],
-    worker_pids: Sequence[int],
-    alive_workers: Sequence[int],
-    slack_bytes: int,
-) -> list[str]:
-    """What keeps vLLM from starting on clean GPUs: live workers, workers holding memory, memory not back."""
-    problems = [f"preflight worker process group {pid} is still alive" for pid in alive_workers]
-    current = {g.index: g for g in now}
-    for b in before:
-        a = current.get(b.index)
-        if a is None:
-            problems.append(f"GPU {b.index} is no longer visible")
-            continue
-        held = sorted(set(worker_pids) & set(a.pids))
-        if held:
-            problems.append(f"GPU {b.index}: preflight worker pid(s) {held} still hold memory")
-        lost_bytes = (b.free_bytes or 0) - (a.free_bytes or 0)
-        if b.free_bytes is not None and a.free_bytes is not None and lost_bytes > slack_bytes:
-            lost = lost_bytes / 2**20
-            others = sorted(set(a.pids) - set(b.pids) - set(worker_pids))
-            held_by = f" (new holder pid(s) {others})" if others else ""
-            problems.append(f"GPU {b.index}: {lost:.0f} MiB less free than before the preflight{held_by}")
-    return problems
-
-
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -373,23 +398,12 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def gpu_memory_of(inv: Inventory) -> list[GpuMemory]:
-    return [GpuMemory(g.index, g.memory_free, tuple(p.pid for p in g.processes)) for g in inv.gpus]
-
-
-def _gpu_memory(environ: Mapping[str, str]) -> list[GpuMemory]:
-    # Always live NVML: a saved inventory (GLMLAUNCH_INVENTORY) cannot show what the preflight left.
-    from glmlaunch.hardware.probe import probe
-
-    return gpu_memory_of(probe(environ=environ))
-
-
 def confirm_baseline(
     run: PreflightRun,
     environ: Mapping[str, str],
     *,
     wait_s: float = BASELINE_WAIT_S,
-    read_gpus: Callable[[Mapping[str, str]], list[GpuMemory]] = _gpu_memory,
+    read_gpus: Callable[[Mapping[str, str]], list[GpuMemory]] = read_gpu_memory,
 ) -> StageRecord:
     """Before exec: the preflight's workers are gone and every GPU has its pre-preflight free memory back."""
     from glmlaunch.preflight.api import LEAK_SLACK_BYTES
@@ -451,6 +465,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
     if backend not in BACKENDS:
         raise ConfigError("unknown preflight backend", key="--backend", value=backend, allowed=BACKENDS)
     strict = tool.strict
+    mode = launch_mode(options, tool)
 
     resolved = resolve_stage(options, environ)
     config = resolved.config
@@ -460,6 +475,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         warn(line)
     reject_managed_flags(options.extra_args)
     blocking: list[Blocking] = []
+    preflight_doc: dict[str, Any] | None = None
 
     vllm = locate_vllm(options.vllm_bin, environ)
     resolved_text = f"profile {resolved.profile_name}"
@@ -506,7 +522,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         if not dry:
             raise check_failure
         blocking.append(Blocking("check", check_failure))
-    plan_record, verdict, plan_failure = plan_stage(config, memo, dry_run=dry)
+    plan_record, verdict, plan_failure, budget = plan_stage_budget(config, memo, dry_run=dry)
     stages.append(plan_record)
     if plan_failure is not None:
         if not dry:
@@ -530,6 +546,8 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         run = preflight_stage(config, backend, use.calibration)
         stages.append(StageRecord("preflight", "ok", f"preflight passed ({run.backend.name} backend)"))
         stages.append(confirm_baseline(run, launch_env.full))
+        if mode.mode == "supervise":
+            preflight_doc = _preflight_document(run)
 
     argv = full_argv(config, options.extra_args, vllm_bin=vllm.path or vllm.requested)
     spec = LaunchSpec(
@@ -547,16 +565,115 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         dry_run=dry,
         blocking=tuple(blocking),
         verdict=verdict,
+        mode=mode,
+        config=config,
+        budget=budget,
+        calibration=use.headline or use.message,
+        inventory=memo.inventory,
+        preflight=preflight_doc,
     )
 
 
+def launch_mode(options: ServeOptions, tool: ToolSettings) -> LaunchMode:
+    """--supervise / --exec, else GLMLAUNCH_SUPERVISE, else exec (the command line's default)."""
+    if options.supervise is not None:
+        mode: Mode = "supervise" if options.supervise else "exec"
+        source = "--supervise" if options.supervise else "--exec"
+    elif tool.supervise:
+        mode, source = "supervise", f"{GLMLAUNCH_SUPERVISE}=1"
+    else:
+        mode, source = "exec", "default"
+    strict = options.strict_exit or tool.strict_exit
+    if strict and mode == "exec":
+        raise ConfigError(
+            "needs a supervised launch: with exec, vLLM's exit status is the process's own",
+            key="--strict-exit" if options.strict_exit else GLMLAUNCH_STRICT_EXIT,
+            hint=f"add --supervise (or {GLMLAUNCH_SUPERVISE}=1)",
+        )
+    return LaunchMode(mode, source, strict_exit=strict, stop_grace_s=tool.stop_grace)
+
+
+def _preflight_document(run: PreflightRun) -> dict[str, Any]:
+    from glmlaunch.preflight.report import build_report
+
+    return cast(dict[str, Any], json.loads(json.dumps(build_report(run).to_dict(), default=str)))
+
+
 def serve(options: ServeOptions, environ: Mapping[str, str] | None = None) -> ServePlan:
-    """Prepare the launch; with ``dry_run`` return it, otherwise replace this process with vLLM."""
+    """Prepare the launch; with ``dry_run`` return it; otherwise hand the process to vLLM (exec) or
+    supervise it and end as it ended (neither returns)."""
     env = dict(os.environ if environ is None else environ)
     plan = prepare(options, env)
-    if not options.dry_run:
-        exec_vllm(plan.spec)
-    return plan
+    if options.dry_run:
+        return plan
+    if plan.mode.mode == "supervise":
+        supervise_vllm(plan, env)
+    exec_vllm(plan.spec)
+
+
+def supervise_vllm(plan: ServePlan, environ: Mapping[str, str]) -> NoReturn:
+    """Run vLLM as a supervised child (glmlaunch.supervise) and end this process as vLLM ended."""
+    from glmlaunch.supervise.process import exit_like
+    from glmlaunch.supervise.session import Launch, supervise
+
+    assert plan.config is not None  # a real launch always resolved its configuration
+    for change in plan.spec.env_changes:
+        if change.change != "unchanged":
+            note(f"env: {change.line()}")
+    note(f"supervise: {plan.spec.command_line()}")
+    budget = plan.budget
+    result = supervise(
+        Launch(
+            argv=plan.spec.argv,
+            env=plan.spec.env,
+            caller_env=environ,
+            profile=plan.profile,
+            config=plan.config,
+            inventory=plan.inventory,
+            command_line=plan.spec.command_line(),
+            documents=_boot_documents(plan),
+            plan_terms=_plan_terms(budget),
+            plan_kv_tokens=budget.kv_tokens if budget is not None else None,
+            calibration=plan.calibration,
+            strict_exit=plan.mode.strict_exit,
+            stop_grace_s=plan.mode.stop_grace_s,
+        )
+    )
+    exit_like(result.code, result.sig)
+
+
+def _plan_terms(budget: Budget | None) -> dict[str, int] | None:
+    """The budget terms a boot logs, by the names the calibration uses (u_pre: T - F0, others included)."""
+    if budget is None:
+        return None
+    return {"w": budget.w, "p": budget.p, "n": budget.n, "g_e": budget.g_e, "u_pre": budget.total - budget.f0}
+
+
+def _boot_documents(plan: ServePlan) -> dict[str, dict[str, Any]]:
+    """What a supervised boot keeps of the launch before vLLM starts (boots/<id>/*.json, masked there)."""
+    docs: dict[str, dict[str, Any]] = {
+        "config.json": {
+            "profile": plan.profile,
+            "config": plan.config.model_dump(mode="json") if plan.config is not None else None,
+            "env_changes": [c.to_json() for c in plan.spec.env_changes],
+            "extra_args": list(plan.extra_args),
+            "mode": plan.mode.to_json(),
+        },
+        "plan.json": {
+            "verdict": plan.verdict.to_json() if plan.verdict is not None else None,
+            "terms": plan.budget.terms if plan.budget is not None else None,
+            "kv_tokens": plan.budget.kv_tokens if plan.budget is not None else None,
+            "calibration": plan.calibration,
+        },
+        "preflight.json": {
+            "stages": [s.to_json() for s in plan.stages],
+            "checks": plan.checks.to_json() if plan.checks is not None else None,
+            "preflight": plan.preflight,
+        },
+    }
+    if plan.inventory is not None:
+        docs["inventory.json"] = {"inventory": plan.inventory.model_dump(mode="json")}
+    return docs
 
 
 # --- dry-run output -------------------------------------------------------------------------------
@@ -575,6 +692,7 @@ def dry_run_text(plan: ServePlan) -> str:
     lines = [f"# glmlaunch serve --dry-run: profile {plan.profile}; nothing was started"]
     for stage in plan.stages:
         lines.append(f"# {stage.line()}")
+    lines.append(f"# {plan.mode.line()}")
     lines.append("# environment changes (the rest of the caller's environment is passed unchanged)")
     lines.extend(_env_line(c) for c in plan.spec.env_changes)
     if plan.blocking:

@@ -178,7 +178,7 @@ def test_a_margin_hint_gives_each_remedy_once(clean_env: dict[str, str]) -> None
 def _check_list_table(text: str, ids: list[str]) -> None:
     header = next(line for line in text.splitlines() if "┃" in line and " id " in line)
     cells = [c.strip() for c in header.strip("┃ \n").split("┃")]
-    assert cells == ["id", "created", "profile", "usable", "ranks", "W", "log"], header
+    assert cells == ["id", "created", "profile", "usable", "ranks", "W", "boot", "log"], header
     for record_id in ids:
         assert record_id in text, (record_id, text)
     dates = re.findall(r"│ \d{4}-\d{2}-\d{2} \d{2}:\d{2} │", text)

@@ -24,9 +24,9 @@ from conftest import FIXTURES, REPO, glmlaunch_exe
 from glmlaunch.config.environment import compose
 from glmlaunch.config.render_args import full_argv
 from glmlaunch.config.resolve import resolve_config
+from glmlaunch.hardware.baseline import GpuMemory, baseline_problems, gpu_memory_of
 from glmlaunch.hardware.inventory import load_inventory
 from glmlaunch.launch.handoff import locate_vllm, mask_argv
-from glmlaunch.launch.serve import GpuMemory, baseline_problems, gpu_memory_of
 
 INVENTORY = FIXTURES / "inventories" / "rtxpro6000x4.json"
 FITS = "scheduler.max_model_len=262144"
@@ -549,12 +549,23 @@ def test_compose_and_dockerfile_make_serve_the_entrypoint(fake: Fake) -> None:
             "GLMLAUNCH_CACHE_DIR": env["HOME"],
         }
     )
+    # supervised by default in the image and the compose file (README "Supervised launch")
+    assert service["environment"]["GLMLAUNCH_SUPERVISE"] == "1"
+    assert "GLMLAUNCH_SUPERVISE=1" in dockerfile
+    assert service["environment"]["GLMLAUNCH_STOP_GRACE"] == "120" and service["stop_grace_period"] == "2m"
     rc, pid, out, err = start(*service["entrypoint"][1:], *service["command"], env=env)
     assert rc == 0, err
     got = json.loads(record.read_text())
-    assert got["pid"] == pid and got["env"]["HF_TOKEN"] == HF
+    # vLLM ran as glmlaunch's child: another pid, the same argv and environment as exec would give it
+    assert got["pid"] != pid and got["env"]["HF_TOKEN"] == HF
     assert got["argv"] == expected_argv(exe, "turnkey", [FITS], env, [])
+    [boot] = (Path(env["HOME"]) / "boots").iterdir()
+    outcome = json.loads((boot / "outcome.json").read_text())
+    assert outcome["pid"] == got["pid"] and outcome["exit"]["status"] == "exit 0"
+    assert err.rstrip().splitlines()[-1] == "vllm exited 0"
     assert_no_secret(out, err)
+    for path in boot.iterdir():
+        assert HF not in path.read_text(errors="replace"), path
 
 
 def test_without_a_gpu_dry_run_states_the_skip_and_a_launch_exits_8(fake: Fake) -> None:

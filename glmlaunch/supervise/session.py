@@ -1,0 +1,601 @@
+"""One supervised run of vLLM: start it, relay its output and signals, learn from it, clean up after it.
+
+:func:`supervise` is called by ``glmlaunch serve --supervise`` (:mod:`glmlaunch.launch.serve`) with the
+same argv and environment the exec hand-off would use, and returns how glmlaunch must end
+(:class:`Result`, passed to :func:`glmlaunch.supervise.process.exit_like`):
+
+1. the boot directory (:mod:`.boots`) gets the launch, the resolved configuration, the plan, the
+   preflight and the inventory; the GPUs' free memory is read (the baseline) when NVML answers;
+2. glmlaunch becomes a child subreaper, blocks the signals it forwards, and starts vLLM in its own
+   session (:mod:`.process`), its output on pipes, or a pty where glmlaunch's own is a terminal;
+3. reader threads forward the bytes (:mod:`.tee`); one more thread parses them (:mod:`.stream`); the
+   main thread waits for signals: it forwards each one but SIGCHLD, reaps, and after a stopping signal
+   (TERM, INT, HUP, QUIT) keeps the deadline: vLLM's drain time (``--shutdown-timeout``) plus a margin,
+   inside ``GLMLAUNCH_STOP_GRACE`` when given; then SIGTERM, and later SIGKILL, to vLLM's process group;
+4. at the ready line: the calibration record (keyed on the launch) and the plan-vs-boot block;
+5. when vLLM has exited: every process it left behind is terminated and reaped, the readers drain, the
+   outcome is classified (:mod:`.outcome`), the record written or updated, the GPUs checked back at
+   their baseline (skipped with a note without NVML; never changes the exit status), ``outcome.json``
+   written, and stderr says ``vllm exited N``.
+
+Once vLLM has started, glmlaunch's exit status is vLLM's (its code, or death by its signal), except with
+``--strict-exit`` when vLLM exited 0 after a fatal engine error in its log (exit 9). A problem in this
+module after the start (a full disk, a bug) is a warning: it never takes vLLM's status away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from glmlaunch import __version__
+from glmlaunch.errors import ExitCode, GlmlaunchError, LaunchError
+from glmlaunch.output import debug_enabled, note, warn
+from glmlaunch.supervise import process
+from glmlaunch.supervise.boots import BootDir, last_timeline
+from glmlaunch.supervise.outcome import Verdict, classify, plan_vs_boot
+from glmlaunch.supervise.stream import BootStream
+from glmlaunch.supervise.tee import Item, Tee, copy_window_size, open_pty
+from glmlaunch.supervise.timeline import Timeline, expected_from_phases, fmt_seconds
+
+if TYPE_CHECKING:
+    from glmlaunch.calibrate.logs import BootLog
+    from glmlaunch.calibrate.records import Calibration, SupervisedBoot
+    from glmlaunch.config.schema import DeploymentConfig
+    from glmlaunch.hardware.baseline import GpuMemory
+    from glmlaunch.hardware.inventory import Inventory
+
+#: added to vLLM's own drain time (``--shutdown-timeout``) before glmlaunch signals its process group
+DRAIN_MARGIN_S = 30.0
+#: from SIGTERM to the process group to SIGKILL
+KILL_AFTER_S = 5.0
+#: what the deadline leaves of GLMLAUNCH_STOP_GRACE for the escalation, the reaping and the GPU check
+GRACE_RESERVE_S = 10.0
+#: how long the GPUs may take to give memory back after the last process exited
+BASELINE_WAIT_S = 15.0
+#: free memory that may differ from the baseline without a warning (as after the preflight)
+BASELINE_SLACK_BYTES = 2 * 1024 * 1024
+TICK_S = 1.0
+SWITCH_INTERVAL_S = 0.001
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``serve`` hands the supervisor: the exec hand-off's argv and environment, and the evidence."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # vLLM's environment (the launch environment)
+    caller_env: Mapping[str, str]  # glmlaunch's own (where the cache is)
+    profile: str
+    config: DeploymentConfig
+    inventory: Inventory | None
+    command_line: str  # masked, as printed
+    documents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name.json -> document
+    plan_terms: Mapping[str, int] | None = None
+    plan_kv_tokens: int | None = None
+    calibration: str = ""
+    strict_exit: bool = False
+    stop_grace_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """How glmlaunch ends: ``code`` or death by ``sig``; and the outcome document."""
+
+    code: int | None
+    sig: int | None
+    outcome: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    deadline_s: float
+    kill_after_s: float
+    drain_s: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"deadline_s": self.deadline_s, "kill_after_s": self.kill_after_s, "drain_s": self.drain_s}
+
+
+def shutdown_timeout(argv: Sequence[str]) -> float:
+    """vLLM's ``--shutdown-timeout`` (seconds it drains requests on SIGTERM) from its argv; 0 if absent."""
+    for i, arg in enumerate(argv):
+        value: str | None = None
+        if arg == "--shutdown-timeout" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--shutdown-timeout="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            with contextlib.suppress(ValueError):
+                return max(0.0, float(value))
+    return 0.0
+
+
+def deadlines(argv: Sequence[str], stop_grace_s: float | None) -> Deadlines:
+    """The stop deadline and the SIGTERM-to-SIGKILL step, kept inside the runtime's stop grace."""
+    drain = shutdown_timeout(argv)
+    deadline, kill_after = drain + DRAIN_MARGIN_S, KILL_AFTER_S
+    if stop_grace_s is not None:
+        deadline = min(deadline, max(1.0, stop_grace_s - GRACE_RESERVE_S))
+        kill_after = min(kill_after, max(0.5, stop_grace_s / 4))
+    return Deadlines(deadline, kill_after, drain)
+
+
+def config_digest(config: DeploymentConfig) -> str:
+    text = json.dumps(config.model_dump(mode="json"), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _safely(what: str, fn: Callable[[], Any]) -> Any:
+    """Run a step after vLLM started: a failure is a warning, never glmlaunch's exit status."""
+    try:
+        return fn()
+    except GlmlaunchError as exc:
+        warn(f"supervise: {what}: {exc.one_line()}")
+    except Exception as exc:
+        if debug_enabled():
+            raise
+        warn(f"supervise: {what} failed: {type(exc).__name__}: {exc}")
+    return None
+
+
+@dataclass
+class _Run:
+    """The mutable state of one run (the main thread and the stream thread share it)."""
+
+    launch: Launch
+    boot: BootDir
+    timeline: Timeline
+    started_at: str = ""
+    pid: int | None = None
+    record: Calibration | None = None
+    record_path: str | None = None
+    record_problem: str | None = None
+    ready_at: str | None = None
+    forwarded: list[dict[str, object]] = field(default_factory=list)
+    escalations: list[dict[str, object]] = field(default_factory=list)
+    tree: dict[int, str] = field(default_factory=dict)
+    reaped_other: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    baseline_note: str | None = None
+
+
+def supervise(launch: Launch) -> Result:
+    """Run vLLM under supervision and return how glmlaunch must end (see the module docstring)."""
+    boot = BootDir.create(launch.caller_env)
+    digest = config_digest(launch.config)
+    timeline = Timeline()
+    previous = _safely(
+        "reading earlier boots", lambda: last_timeline(launch.profile, digest, launch.caller_env)
+    )
+    if previous:
+        timeline.expected_s = expected_from_phases(previous[1])
+        timeline.expected_from = f"3x boot {previous[0]} of this configuration"
+    run = _Run(launch, boot, timeline, started_at=_now_iso())
+    for name, doc in launch.documents.items():
+        boot.write_json(name, doc)
+    boot.write_json(
+        "launch.json",
+        {
+            "boot_id": boot.boot_id,
+            "started_at": run.started_at,
+            "profile": launch.profile,
+            "config_digest": digest,
+            "command": launch.command_line,
+            "argv": list(launch.argv),
+            "glmlaunch_version": __version__,
+            "host": socket.gethostname(),
+            "supervisor_pid": os.getpid(),
+            "strict_exit": launch.strict_exit,
+            "stop_grace_s": launch.stop_grace_s,
+        },
+    )
+    reaper_note = process.become_subreaper()
+    for line in (reaper_note, process.platform_note()):
+        if line:
+            note(f"supervise: {line}")
+            run.notes.append(line)
+    before = _baseline_before(launch, run)
+    return _run_child(run, before)
+
+
+def _baseline_before(launch: Launch, run: _Run) -> list[GpuMemory] | None:
+    from glmlaunch.hardware.baseline import read_gpu_memory
+
+    try:
+        return read_gpu_memory(launch.env)
+    except GlmlaunchError as exc:
+        why = exc.message
+    except Exception as exc:  # an NVML binding failure is a note here, never a reason not to start
+        why = f"{type(exc).__name__}: {exc}"
+    run.baseline_note = f"no baseline before vLLM started ({why})"
+    note(f"supervise: no GPU baseline ({why}): the GPU check after vLLM exits is skipped")
+    return None
+
+
+def _output_fds() -> tuple[list[tuple[str, int, int]], int | None, int | None, list[int], int | None]:
+    """(sources: name, read fd, our fd), the child's stdout and stderr, fds to close after the spawn, pty."""
+    out_tty, err_tty = os.isatty(1), os.isatty(2)
+    sources: list[tuple[str, int, int]] = []
+    close_after: list[int] = []
+    pty_master: int | None = None
+    child_out: int | None
+    child_err: int | None
+    if out_tty or err_tty:
+        master, slave = open_pty(1 if out_tty else 2)
+        pty_master = master
+        sources.append(("pty", master, 1 if out_tty else 2))
+        close_after.append(slave)
+    if out_tty:
+        child_out = close_after[0]
+    else:
+        r, w = os.pipe()
+        sources.append(("stdout", r, 1))
+        close_after.append(w)
+        child_out = w
+    if err_tty:
+        child_err = close_after[0]
+    else:
+        r, w = os.pipe()
+        sources.append(("stderr", r, 2))
+        close_after.append(w)
+        child_err = w
+    return sources, child_out, child_err, close_after, pty_master
+
+
+def _run_child(run: _Run, before: list[GpuMemory] | None) -> Result:
+    launch = run.launch
+    stops = deadlines(launch.argv, launch.stop_grace_s)
+    sources, child_out, child_err, close_after, pty_master = _output_fds()
+    process.block_signals()
+    # The readers forward vLLM's bytes; the parser and this thread only keep records. A thread waiting for
+    # the GIL gets it after the switch interval at worst: 1 ms instead of CPython's 5 keeps a reader's turn
+    # short (bench/RESULTS.md, "Supervised launch").
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        child = process.spawn(launch.argv, launch.env, stdout=child_out, stderr=child_err)
+    except OSError as exc:
+        for fd in close_after + [s[1] for s in sources]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        process.unblock_signals()
+        raise LaunchError(
+            f"cannot execute {launch.argv[0]}: {exc.strerror or exc}",
+            key="exec",
+            hint="a script needs a #! line and execute permission; a binary must match this machine",
+        ) from None
+    for fd in close_after:
+        os.close(fd)
+    run.pid = child.pid
+    items: queue.SimpleQueue[Item] = queue.SimpleQueue()
+    tee = Tee(items)
+    for name, src, dst in sources:
+        tee.add(name, src, dst)
+    stream = BootStream(items, run.boot.path, len(sources), child.started, run.timeline)
+    stream.on_ready = lambda: _safely("the ready report", lambda: _on_ready(run, stream))
+    tee.start()
+    stream.start()
+    note(f"supervise: vLLM pid {child.pid} (boot {run.boot.boot_id}: {run.boot.path})")
+
+    status = _wait(run, child, stops, pty_master)
+    code, sig = process.status_of(status)
+    child.popen.returncode = -sig if sig is not None else code  # reaped here, not by Popen
+    return _after_exit(run, child, stream, tee, before, code, sig, stops)
+
+
+def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | None) -> int:
+    """Forward signals, reap, keep the deadlines and watch for hangs until vLLM exits; its wait status."""
+    escalate_at: float | None = None
+    kill_at: float | None = None
+    next_tick = time.monotonic()
+    while True:
+        now = time.monotonic()
+        wake = min(t for t in (next_tick, escalate_at, kill_at) if t is not None)
+        sig = process.wait_signal(max(0.0, wake - now))
+        now = time.monotonic()
+        if sig is not None and sig != signal.SIGCHLD:
+            if sig == signal.SIGWINCH and pty_master is not None:
+                copy_window_size(1 if os.isatty(1) else 2, pty_master)  # the terminal the pty stands for
+            process.send(child.pid, sig)
+            run.forwarded.append({"t_s": round(now - child.started, 3), "signal": process.signal_name(sig)})
+            if sig in process.STOPPING and escalate_at is None:
+                escalate_at = now + stops.deadline_s
+        for pid, status in process.reap():
+            if pid == child.pid:
+                return status
+            run.reaped_other.append(pid)
+        if escalate_at is not None and kill_at is None and now >= escalate_at:
+            warn(
+                f"supervise: vLLM did not exit within {fmt_seconds(stops.deadline_s)} of the stop signal: "
+                "SIGTERM to its process group"
+            )
+            process.send_group(child.pgid, signal.SIGTERM)
+            run.escalations.append({"t_s": round(now - child.started, 3), "signal": "SIGTERM", "to": "group"})
+            kill_at = now + stops.kill_after_s
+            escalate_at = float("inf")
+        if kill_at is not None and now >= kill_at:
+            later = fmt_seconds(stops.kill_after_s)
+            warn(f"supervise: vLLM is still running {later} later: SIGKILL to its process group")
+            process.send_group(child.pgid, signal.SIGKILL)
+            run.escalations.append({"t_s": round(now - child.started, 3), "signal": "SIGKILL", "to": "group"})
+            kill_at = float("inf")
+        if now >= next_tick:
+            next_tick = now + TICK_S
+            _tick(run, child, now)
+
+
+def _tick(run: _Run, child: process.Child, now: float) -> None:
+    for pid, proc in process.descendants().items():
+        if not proc.zombie:
+            run.tree.setdefault(pid, proc.name)
+    hang = run.timeline.check_hang(now - child.started)
+    if hang is not None:
+        phase, spent, limit = hang
+        warn(
+            f"supervise: vLLM has been in phase {phase} for {fmt_seconds(spent)}, past its expected "
+            f"{fmt_seconds(limit)} ({run.timeline.expected_from}); still waiting"
+        )
+
+
+def _supervised(
+    run: _Run, outcome: str, status: str | None = None, diagnosis: str | None = None
+) -> SupervisedBoot:
+    from glmlaunch.calibrate.records import SupervisedBoot
+
+    return SupervisedBoot(boot_id=run.boot.boot_id, outcome=outcome, exit_status=status, diagnosis=diagnosis)
+
+
+def _ingest(run: _Run, supervised: SupervisedBoot) -> Calibration | None:
+    """The record of boot.log, keyed on the launch; saved. None (with the reason kept) when there is none."""
+    from glmlaunch.calibrate.ingest import ingest_launched
+    from glmlaunch.calibrate.store import Store
+
+    path = run.boot.path / "boot.log"
+    launch = run.launch
+    try:
+        item = ingest_launched(
+            path,
+            launched=launch.config,
+            profile=launch.profile,
+            inventory=launch.inventory,
+            store=Store.default(launch.caller_env),
+            supervised=supervised,
+        )
+    except GlmlaunchError as exc:
+        run.record_problem = exc.message
+        return None
+    run.record = item.record
+    run.record_path = str(item.saved.path) if item.saved is not None else None
+    return item.record
+
+
+def _on_ready(run: _Run, stream: BootStream) -> None:
+    run.ready_at = _now_iso()
+    note(f"supervise: vLLM is ready: {run.timeline.summary()}")
+    record = _ingest(run, _supervised(run, "running"))
+    if record is None:
+        note(f"supervise: no calibration record from this boot: {run.record_problem}")
+    elif not record.usable:
+        note(
+            f"supervise: calibration record {record.record_id} written ({run.record_path}); not usable "
+            f"on its own: {record.unusable_reason()}"
+        )
+    else:
+        launch = run.launch
+        for line in plan_vs_boot(launch.plan_terms, launch.plan_kv_tokens, record, launch.calibration):
+            note(f"supervise: {line}")
+        note(
+            f"supervise: calibration record {record.record_id} written ({run.record_path}); the next plan "
+            "of this rig shape uses it"
+        )
+    run.boot.write_json("outcome.json", _outcome_doc(run, stream, None, None, None, [], None, running=True))
+
+
+def _after_exit(
+    run: _Run,
+    child: process.Child,
+    stream: BootStream,
+    tee: Tee,
+    before: list[GpuMemory] | None,
+    code: int | None,
+    sig: int | None,
+    stops: Deadlines,
+) -> Result:
+    status_text = process.describe_status(code, sig)
+    left = process.end_tree(stops.kill_after_s, on_reaped=lambda pid, _s: run.reaped_other.append(pid))
+    if not process.LINUX:
+        process.send_group(child.pgid, signal.SIGKILL)
+    if not tee.stop(10.0):
+        warn("supervise: vLLM's output is still open after it exited (a process outside glmlaunch's reach)")
+    if not stream.join(30.0):
+        warn("supervise: the boot log was still being written when glmlaunch stopped waiting for it")
+    if stream.error is not None:
+        warn(f"supervise: reading vLLM's output failed: {type(stream.error).__name__}: {stream.error}")
+    for name, why in tee.broken.items():
+        warn(f"supervise: vLLM's {name} could not be forwarded after a point: {why}")
+    ready = stream.ready.is_set()
+    parsed: BootLog | None = None if ready else _safely("parsing the boot log", lambda: _parse(run))
+    stopping = dict.fromkeys(str(f["signal"]) for f in run.forwarded if str(f["signal"]) in _STOP_NAMES)
+    stopped_by = ", ".join(stopping) or None
+    verdict: Verdict = classify(
+        code=code,
+        sig=sig,
+        ready=ready,
+        timeline=run.timeline,
+        findings=stream.findings,
+        boot=parsed,
+        stopped_by=f"{stopped_by} from glmlaunch's caller" if stopped_by else None,
+    )
+    final = _supervised(run, verdict.kind, status_text, verdict.diagnosis)
+    if run.record is not None:
+        from glmlaunch.calibrate.store import Store
+
+        updated = run.record.model_copy(update={"supervised": final})
+        _safely("updating the calibration record", lambda: Store.default(run.launch.caller_env).save(updated))
+        run.record = updated
+    elif not ready:
+        _safely("the calibration record", lambda: _ingest(run, final))
+    baseline = _baseline_after(run, before, child.pid, left)
+    glm_code, glm_sig = code, sig
+    if run.launch.strict_exit and verdict.kind == "engine-error":
+        glm_code, glm_sig = int(ExitCode.ENGINE_FAILED), None
+    elif sig is not None and os.getpid() == 1:
+        glm_code, glm_sig = 128 + sig, None
+    doc = _outcome_doc(run, stream, code, sig, verdict, left, baseline, glm=(glm_code, glm_sig), tee=tee)
+    _safely("writing outcome.json", lambda: run.boot.write_json("outcome.json", doc))
+    _report(run, verdict, left, baseline)
+    if glm_code == int(ExitCode.ENGINE_FAILED) and verdict.kind == "engine-error":
+        warn(f"vllm exited 0 after a fatal engine error; --strict-exit: glmlaunch exits {glm_code}")
+    elif sig is not None:
+        note(
+            f"vllm exited: {status_text}"
+            + (f"; glmlaunch exits {glm_code} (PID 1)" if glm_sig is None else "")
+        )
+    else:
+        note(f"vllm exited {code}")
+    return Result(glm_code, glm_sig, doc)
+
+
+_STOP_NAMES = {process.signal_name(s) for s in process.STOPPING}
+
+
+def _parse(run: _Run) -> BootLog | None:
+    from glmlaunch.calibrate.logs import parse_log_file
+
+    path = run.boot.path / "boot.log"
+    return parse_log_file(path) if path.exists() else None
+
+
+def _baseline_after(
+    run: _Run, before: list[GpuMemory] | None, child_pid: int, left: list[process.LeftBehind]
+) -> dict[str, Any]:
+    from glmlaunch.hardware.baseline import baseline_problems, read_gpu_memory
+
+    if before is None:
+        return {"checked": False, "note": run.baseline_note}
+    pids = sorted({child_pid, *run.tree, *(p.pid for p in left)})
+    wait = BASELINE_WAIT_S
+    if run.launch.stop_grace_s is not None:
+        wait = min(wait, max(1.0, run.launch.stop_grace_s / 4))
+    deadline = time.monotonic() + wait
+    problems: list[str] = []
+    now: list[GpuMemory] = []
+    while True:
+        try:
+            now = read_gpu_memory(run.launch.env)
+        except Exception as exc:
+            return {"checked": False, "note": f"NVML failed after vLLM exited: {exc}"}
+        problems = baseline_problems(
+            before, now, pids, [], BASELINE_SLACK_BYTES, since="vLLM started", who="vLLM"
+        )
+        if not problems or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    return {
+        "checked": True,
+        "ok": not problems,
+        "problems": problems,
+        "before": [g.to_json() for g in before],
+        "after": [g.to_json() for g in now],
+        "waited_s": round(wait - max(0.0, deadline - time.monotonic()), 1),
+    }
+
+
+def _report(run: _Run, verdict: Verdict, left: list[process.LeftBehind], baseline: Mapping[str, Any]) -> None:
+    say = note if verdict.kind in ("served",) else warn
+    say(f"supervise: boot {run.boot.boot_id}: {verdict.kind}: {verdict.diagnosis}")
+    if left:
+        shown = ", ".join(f"{p.name} pid {p.pid} ({p.ended})" for p in left)
+        warn(f"supervise: vLLM left {len(left)} process(es) behind; terminated and reaped: {shown}")
+    if baseline.get("checked"):
+        if baseline.get("ok"):
+            note("supervise: every GPU is back at its free memory from before vLLM started")
+        else:
+            for problem in baseline.get("problems", []):
+                warn(f"supervise: GPU memory not back at its baseline: {problem}")
+    elif baseline.get("note") and baseline["note"] != run.baseline_note:  # a missing baseline: said at start
+        note(f"supervise: GPU check skipped: {baseline['note']}")
+    if run.record is not None and not run.ready_at:
+        note(f"supervise: calibration record {run.record.record_id} written ({run.record_path})")
+    elif run.record is None and run.record_problem and not run.ready_at:  # (at ready it was said then)
+        note(f"supervise: no calibration record: {run.record_problem}")
+
+
+def _outcome_doc(
+    run: _Run,
+    stream: BootStream,
+    code: int | None,
+    sig: int | None,
+    verdict: Verdict | None,
+    left: list[process.LeftBehind],
+    baseline: Mapping[str, Any] | None,
+    *,
+    running: bool = False,
+    glm: tuple[int | None, int | None] | None = None,
+    tee: Tee | None = None,
+) -> dict[str, Any]:
+    now_s = time.monotonic() - stream.started
+    return {
+        "boot_id": run.boot.boot_id,
+        "profile": run.launch.profile,
+        "pid": run.pid,
+        "started_at": run.started_at,
+        "ready_at": run.ready_at,
+        "ended_at": None if running else _now_iso(),
+        "running": running,
+        "ready": stream.ready.is_set(),
+        "outcome": "running" if verdict is None else verdict.kind,
+        "diagnosis": None if verdict is None else verdict.diagnosis,
+        "exit": None
+        if running
+        else {
+            "code": code,
+            "signal": sig,
+            "signal_name": process.signal_name(sig) if sig is not None else None,
+            "status": process.describe_status(code, sig),
+        },
+        "glmlaunch_exit": None
+        if glm is None
+        else {
+            "code": glm[0],
+            "signal": glm[1],
+            "status": process.describe_status(glm[0], glm[1]),
+        },
+        "timeline": run.timeline.to_json(None if stream.ready.is_set() else now_s),
+        "findings": [f.to_json() for f in stream.findings.values()],
+        "record": {
+            "record_id": run.record.record_id if run.record is not None else None,
+            "path": run.record_path,
+            "problem": run.record_problem,
+        },
+        "signals_forwarded": run.forwarded,
+        "escalations": run.escalations,
+        "left_behind": [p.to_json() for p in left],
+        "processes_seen": [{"pid": pid, "name": name} for pid, name in sorted(run.tree.items())],
+        "gpu_baseline": dict(baseline) if baseline is not None else None,
+        "log": {
+            "lines": stream.lines,
+            "boot_log_bytes": stream.boot_log.written,
+            "boot_log_capped": stream.boot_log.capped,
+            "serve_log_rotations": stream.serve_rotations,
+            "forwarded_bytes": dict(tee.bytes_forwarded) if tee is not None else None,
+        },
+        "notes": run.notes,
+    }

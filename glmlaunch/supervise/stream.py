@@ -1,0 +1,285 @@
+"""The streaming side of the boot-log parser: vLLM's output, line by line, off the forwarding path.
+
+One thread consumes what the readers (:mod:`glmlaunch.supervise.tee`) queued and, per complete line:
+
+* masks secrets (every registered value: the caller's secret-named variables, the configuration's, the
+  values of ``--api-key``-like flags; :func:`mask_line`) and appends the line to the boot's private
+  copy: ``boot.log`` up to and including the ready line (the boot, which the calibration record is
+  built from; at most :data:`BOOT_LOG_CAP` bytes), ``serve.log`` after it
+  (rotated to ``serve.log.1`` every :data:`SERVE_LOG_CAP` / 2 bytes, so the newest output is kept);
+* feeds the :class:`~glmlaunch.supervise.timeline.Timeline` its markers;
+* keeps the first line of each kind of failure (:class:`Finding`): a Python exception, a CUDA
+  out-of-memory, an engine's fatal error;
+* at the ready line, closes ``boot.log`` and calls ``on_ready`` (the record and the plan-vs-boot block),
+  still on this thread.
+
+Lines from vLLM's stdout and stderr are kept whole (each stream is split on its own); their order in the
+copy is the order they reached glmlaunch. The boot's own parser (:mod:`glmlaunch.calibrate.logs`) reads
+``boot.log`` once it is closed: the record is exactly what ``calibrate ingest`` makes of that file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from glmlaunch.calibrate.logs import strip_ansi
+from glmlaunch.config.units import MIB
+from glmlaunch.output import MASK, known_secrets
+from glmlaunch.supervise.tee import Item
+from glmlaunch.supervise.timeline import READY_LINE, Timeline
+
+BOOT_LOG_CAP = 64 * MIB
+SERVE_LOG_CAP = 64 * MIB
+#: how long the parser waits after a batch before taking the next (it is never on the forwarding path)
+BATCH_WAIT_S = 0.01
+#: a "line" longer than this without a newline (a progress bar redrawn with \r) is written as it is
+MAX_PARTIAL = 256 * 1024
+
+_PREFIX_RE = re.compile(r"\((?P<proc>[A-Za-z][A-Za-z0-9_]*) pid=(?P<pid>[0-9]+)\)")
+_EXCEPTION_RE = re.compile(r"\b((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)")
+_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
+#: What vLLM writes when its engine dies (v1: core.py, core_client.py, engine/utils.py, exceptions.py).
+ENGINE_FATAL_MARKERS = (
+    "EngineDeadError",
+    "EngineCore encountered a fatal error",
+    "EngineCore failed to start",
+    "Engine core initialization failed",
+)
+
+_ANY_FINDING_RE = re.compile(
+    "|".join(re.escape(m) for m in (*_OOM_MARKERS, *ENGINE_FATAL_MARKERS, "Error: ", "Exception: "))
+)
+
+FindingKind = Literal["exception", "oom", "engine-fatal"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The first line of one kind of failure, with the process that wrote it."""
+
+    kind: FindingKind
+    process: str | None
+    text: str
+    t: float
+    after_ready: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "process": self.process,
+            "text": self.text,
+            "t_s": round(self.t, 3),
+            "after_ready": self.after_ready,
+        }
+
+
+def open_private(path: Path) -> int:
+    """A new file only the user can read (0600), never through a link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.open(path, flags, 0o600)
+
+
+def mask_line(text: str, secrets: list[str]) -> str:
+    """``text`` with every registered secret value replaced (longest first); the same object when none.
+
+    Only values: vLLM's lines are vLLM's, and a name pattern would also take ``cache_key=41d9…`` for a
+    credential. Every secret the launch holds is registered (the caller's secret-named variables, the
+    configuration's, the values of secret flags), so that is every secret vLLM can have from glmlaunch.
+    """
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+@dataclass
+class _Copy:
+    """One capped, private file of the copy."""
+
+    path: Path
+    cap: int
+    fd: int | None = None
+    written: int = 0
+    capped: bool = False
+
+    pending: list[bytes] = field(default_factory=list)
+
+    def write(self, data: bytes) -> None:
+        if self.capped:
+            return
+        if self.written + len(data) > self.cap:
+            self.capped = True
+            return
+        self.pending.append(data)
+        self.written += len(data)
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        if self.fd is None:
+            self.fd = open_private(self.path)
+        view = memoryview(b"".join(self.pending))
+        self.pending.clear()
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    def close(self) -> None:
+        self.flush()
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = None
+
+
+@dataclass
+class BootStream:
+    """The consumer thread: the private copy, the timeline, the findings, the ready event."""
+
+    items: queue.SimpleQueue[Item]
+    directory: Path
+    sources: int
+    started: float  # the monotonic time vLLM was started
+    timeline: Timeline
+    on_ready: Callable[[], None] | None = None
+    boot_cap: int = BOOT_LOG_CAP
+    serve_cap: int = SERVE_LOG_CAP
+    findings: dict[FindingKind, Finding] = field(default_factory=dict)
+    lines: int = 0
+    ready: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    boot_log: _Copy = field(init=False)
+    serve_log: _Copy = field(init=False)
+    serve_rotations: int = 0
+    _secrets: list[str] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self.boot_log = _Copy(self.directory / "boot.log", self.boot_cap)
+        self.serve_log = _Copy(self.directory / "serve.log", self.serve_cap // 2)
+        self._secrets = known_secrets()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="glmlaunch-boot-stream", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self.done.is_set()
+
+    def _run(self) -> None:
+        partial: dict[str, bytes] = {}
+        open_streams = self.sources
+        try:
+            while open_streams:
+                batch = [self.items.get()]
+                # everything queued meanwhile is handled in one go, and written with one write per file
+                while True:
+                    try:
+                        batch.append(self.items.get_nowait())
+                    except queue.Empty:
+                        break
+                for name, data in batch:
+                    if data is None:
+                        rest = partial.pop(name, b"")
+                        if rest:
+                            self._line(rest)
+                        open_streams -= 1
+                        continue
+                    buf = partial.get(name, b"") + data
+                    start = 0
+                    while True:
+                        nl = buf.find(b"\n", start)
+                        if nl < 0:
+                            break
+                        self._line(buf[start : nl + 1])
+                        start = nl + 1
+                    rest = buf[start:]
+                    if len(rest) > MAX_PARTIAL:
+                        self._line(rest)
+                        rest = b""
+                    partial[name] = rest
+                self._flush()
+                # A pause lets lines gather: a batch per wake-up instead of a wake-up per line, which at
+                # 10,000 lines/s is most of the cost (the readers forward meanwhile; nothing waits on this)
+                time.sleep(BATCH_WAIT_S)
+        except BaseException as exc:  # kept for the session to report; the readers go on forwarding
+            self.error = exc
+            self._drain()
+        finally:
+            self.boot_log.close()
+            self.serve_log.close()
+            self.done.set()
+
+    def _flush(self) -> None:
+        self.boot_log.flush()
+        self.serve_log.flush()
+
+    def _drain(self) -> None:
+        # After a failure here the readers must still never block: take what they queue until they end.
+        open_streams = self.sources
+        while open_streams:
+            _, data = self.items.get()
+            if data is None:
+                open_streams -= 1
+
+    def _line(self, raw: bytes) -> None:
+        self.lines += 1
+        t = time.monotonic() - self.started
+        text = raw.decode("utf-8", "surrogateescape")
+        masked = mask_line(text, self._secrets)
+        out = raw if masked is text else masked.encode("utf-8", "surrogateescape")
+        plain = strip_ansi(text) if "\x1b" in text else text
+        ready_line = not self.ready.is_set() and READY_LINE in plain
+        if self.ready.is_set():
+            self._serve_write(out)
+        else:
+            self.boot_log.write(out)
+        self.timeline.see(plain, t)
+        self._find(plain, t)
+        if ready_line:
+            self.boot_log.close()
+            self.ready.set()
+            if self.on_ready is not None:
+                self.on_ready()
+
+    def _serve_write(self, data: bytes) -> None:
+        log = self.serve_log
+        if log.written + len(data) > log.cap and log.written:
+            log.close()
+            os.replace(log.path, log.path.with_name(log.path.name + ".1"))
+            self.serve_rotations += 1
+            self.serve_log = log = _Copy(log.path, log.cap)
+        log.write(data)
+
+    def _find(self, text: str, t: float) -> None:
+        if _ANY_FINDING_RE.search(text) is None:  # one scan for the common line, which holds none
+            return
+        after = self.ready.is_set()
+        if "oom" not in self.findings and any(m in text for m in _OOM_MARKERS):
+            self._keep("oom", text, t, after)
+        if "engine-fatal" not in self.findings and any(m in text for m in ENGINE_FATAL_MARKERS):
+            self._keep("engine-fatal", text, t, after)
+        if "exception" not in self.findings and ("Error: " in text or "Exception: " in text):
+            m = _EXCEPTION_RE.search(text)
+            if m is not None:
+                self._keep("exception", text, t, after, message=f"{m.group(1)}: {m.group(2).strip()}")
+
+    def _keep(self, kind: FindingKind, text: str, t: float, after: bool, message: str | None = None) -> None:
+        prefix = _PREFIX_RE.search(text)
+        process = prefix.group("proc") if prefix is not None else None
+        body = message if message is not None else text[prefix.end() :] if prefix is not None else text
+        shown = mask_line(" ".join(body.split()), self._secrets)[:300]
+        self.findings[kind] = Finding(kind, process, shown, t, after)
