@@ -169,8 +169,11 @@ def build_profile(
 
     distances: dict[str, int] = {}
     best: tuple[int, str, dict[str, object], Resolved] | None = None
-    for name in _candidates(base, env):
-        resolved = resolve_config(name, (), env)
+    candidates = [(name, resolve_config(name, (), env)) for name in _candidates(base, env)]
+    # What the log does not show comes from the base, so the base must be of the log's library
+    # generation: an r14 log over an r28 profile would inherit r28's unlogged library knobs.
+    same_stack = [(n, r) for n, r in candidates if r.config.stack == settings.get("stack")]
+    for name, resolved in same_stack if base is None and same_stack else candidates:
         differing = _differences(resolved, settings)
         distances[name] = len(differing)
         if best is None or len(differing) < best[0]:
