@@ -477,8 +477,9 @@ def calibrate_search_cmd(
             "--objective",
             metavar="OBJECTIVE",
             autocompletion=complete_objective,
-            help="max-batched-tokens (default), max-prefill-capacity, max-kv-bytes, max-gmu, "
-            "or min-gmu (the lowest GMU whose verdict is ok)",
+            help="max-batched-tokens (default), max-prefill-capacity, max-kv-bytes, min-pool-blocks "
+            "(the recommended pool pin: the smallest that holds one max_model_len request and keeps the "
+            "runtime margin), max-gmu, or min-gmu (the lowest GMU whose verdict is ok)",
             show_default=False,
         ),
     ] = "max-batched-tokens",

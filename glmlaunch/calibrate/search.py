@@ -4,7 +4,9 @@ One knob per objective, on an integer grid:
 
 * ``max-batched-tokens``: ``scheduler.max_num_batched_tokens`` in multiples of ``step`` (default 256);
 * ``max-kv-bytes``: a pinned ``memory.kv_cache_memory_bytes`` in whole MiB;
-* ``max-gmu``: ``memory.gpu_memory_utilization`` in thousandths.
+* ``min-pool-blocks``: the recommended pool pin, ``memory.num_gpu_blocks_override``: the smallest pool that
+  holds one max_model_len request and keeps both margins (the runtime one included);
+* ``max-gmu``: ``memory.gpu_memory_utilization`` in thousandths (the highest that keeps both margins).
 
 A value is *feasible* exactly when the memory verdict (:mod:`glmlaunch.ledger.verdict`, the one ``plan``,
 ``check`` and ``serve`` print) is ``ok``: the same ``judge`` of the same budget, so ``plan --set KNOB=VALUE``
@@ -53,16 +55,19 @@ from glmlaunch.ledger.budget import Budget, compute_budget
 from glmlaunch.ledger.terms import gate_bytes
 from glmlaunch.ledger.verdict import Verdict, judge
 
-Objective = Literal["max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "max-gmu", "min-gmu"]
+Objective = Literal[
+    "max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "min-pool-blocks", "max-gmu", "min-gmu"
+]
 OBJECTIVES: tuple[str, ...] = (
     "max-batched-tokens",
     "max-prefill-capacity",
     "max-kv-bytes",
+    "min-pool-blocks",
     "max-gmu",
     "min-gmu",
 )
 # Objectives whose answer is the *lowest* value that works (the rest: the highest).
-LOWEST: frozenset[str] = frozenset({"min-gmu"})
+LOWEST: frozenset[str] = frozenset({"min-gmu", "min-pool-blocks"})
 #: ``calibrate search --json``'s document version (docs/schemas/calibrate-search.schema.json).
 SCHEMA_VERSION = 1
 DEFAULT_TOKEN_STEP = 256
@@ -368,6 +373,8 @@ def knob_for(objective: str, *, step: int | None) -> Knob:
         return Knob("max-prefill-capacity", "exl3.prefill_capacity", DEFAULT_TOKEN_STEP)
     if objective == "max-kv-bytes":
         return Knob("max-kv-bytes", "memory.kv_cache_memory_bytes", MIB)
+    if objective == "min-pool-blocks":
+        return Knob("min-pool-blocks", "memory.num_gpu_blocks_override", 1)
     if objective == "min-gmu":
         return Knob("min-gmu", "memory.gpu_memory_utilization", 1)
     return Knob("max-gmu", "memory.gpu_memory_utilization", 1)
@@ -503,6 +510,8 @@ def _current(config: DeploymentConfig, knob: Knob) -> int | float | None:
         return config.exl3_prefill_capacity_effective
     if knob.objective in ("max-gmu", "min-gmu"):
         return config.memory.gpu_memory_utilization
+    if knob.objective == "min-pool-blocks":
+        return config.memory.num_gpu_blocks_override
     return config.memory.kv_cache_memory_bytes
 
 
@@ -544,6 +553,13 @@ def _range(
     elif knob.objective == "max-kv-bytes":
         lo = 1
         hi = int(upper) // MIB if upper is not None else total_bytes // MIB
+    elif knob.objective == "min-pool-blocks":
+        from glmlaunch.ledger import kv_cache
+
+        # blocks per rank: at most the whole device in KV blocks
+        block = kv_cache.KV_BLOCK * max(1, kv_cache.geometry(config).bytes_per_token)
+        lo = 1
+        hi = int(upper) if upper is not None else total_bytes // block
     else:
         lo = 1
         hi = min(1000, math.floor(float(upper) * 1000)) if upper is not None else 1000
@@ -579,7 +595,7 @@ def no_fit_hints(result: SearchResult) -> list[str]:
         names = remedies.setdefault(remedy, [])
         names += [_BLOCKER_NAMES[x] for x in blockers if x in ids and _BLOCKER_NAMES[x] not in names]
 
-    memory = [x for x in ids if x in ("start-gate", "margin", "oom-risk")]
+    memory = [x for x in ids if x in ("start-gate", "margin", "oom-risk", "runtime")]
     if knob in ("memory.gpu_memory_utilization", "memory.kv_cache_memory_bytes"):
         # The closest value is where the knob's low end (KV memory, one request) is first reached, or the
         # top of the range when it never is; above it the start gate and the margin only get worse. Every
@@ -594,9 +610,13 @@ def no_fit_hints(result: SearchResult) -> list[str]:
         # profile's own value of the knob too (U_pre and X grow with it): the tighter of the two.
         both = [r.budget for e in (ev, result.original) for r in e.ranks]
         gate_gmu = highest_gmu(b.total, min(x.f0 for x in both))
-        margin_gmu = highest_gmu(b.total, min(x.f0 - x.x - x.min_margin for x in both))
+        # a natural pool's margin is F0 - GMU x T - X; it must hold the minimum and the runtime demand
+        margin_gmu = highest_gmu(
+            b.total,
+            min(x.f0 - x.x - max(x.min_margin, x.runtime_demand + x.min_runtime_margin) for x in both),
+        )
         gate_text = f"{gate_gmu:.3f} is the highest that passes the start gate" if gate_gmu else ""
-        if "margin" in ids or "oom-risk" in ids:
+        if "margin" in ids or "oom-risk" in ids or "runtime" in ids:
             if margin_gmu is None:
                 add("no GMU keeps the margin: lower what is held before vLLM's snapshot (U_pre)", *memory)
             else:
@@ -605,7 +625,11 @@ def no_fit_hints(result: SearchResult) -> list[str]:
                     if "start-gate" in ids and gate_text
                     else f"{margin_gmu:.3f} is the highest that keeps the margin"
                 )
-                add(f"lower memory.gpu_memory_utilization: {highest} (margin = F0 - GMU x T - X)", *memory)
+                add(
+                    f"lower memory.gpu_memory_utilization: {highest} (margin = F0 - GMU x T - X, which must "
+                    "also hold the runtime demand)",
+                    *memory,
+                )
         elif "start-gate" in ids:
             add(
                 f"lower memory.gpu_memory_utilization: {gate_text} (R = GMU x T <= F0)"
@@ -643,6 +667,7 @@ _BLOCKER_NAMES = {
     "no-kv": "the KV cache",
     "request-fit": "the request fit",
     "oom-risk": "the negative margin",
+    "runtime": "the runtime margin",
     "margin": "the margin",
 }
 

@@ -194,6 +194,9 @@ class ModelGeometry(_Section):
     )
     n_routed_experts: int = Field(256, gt=0, description="routed experts per MoE layer")
     moe_intermediate_size: int = Field(2048, gt=0, description="intermediate size of one routed expert")
+    vocab_size: int = Field(
+        154_880, gt=0, description="vocabulary size (config.json vocab_size): sizes prompt-logprob logits"
+    )
     max_position_embeddings: int = Field(
         1_048_576, gt=0, le=MAX_TOKENS, description="longest context the model supports (config.json)"
     )
@@ -347,6 +350,13 @@ class SchedulerSection(_Section):
     enable_chunked_prefill: bool = Field(True, description="split long prompts into batched-token chunks")
     enable_prefix_caching: bool = Field(True, description="reuse KV blocks of shared prompt prefixes")
     async_scheduling: bool = Field(False, description="vLLM's asynchronous scheduling (off on this stack)")
+    prompt_logprobs: bool = Field(
+        False,
+        description=(
+            "clients may ask for prompt logprobs: the plan charges one chunk of fp32 logits over the "
+            "vocabulary to the runtime demand (vLLM cannot turn the request parameter off)"
+        ),
+    )
 
 
 class SpeculativeSection(_Section):
@@ -410,6 +420,13 @@ class MemorySection(_Section):
     )
     min_margin: ByteSize = Field(
         1 * GIB, description="steady-state margin every rank must keep after everything budgeted"
+    )
+    min_runtime_margin: ByteSize = Field(
+        0,
+        description=(
+            "memory every rank must still have free at the peak of the runtime demand (one max_model_len "
+            "prefill beside max_num_seqs - 1 decodes); the demand already holds the transient that fails"
+        ),
     )
     estimate_cudagraphs: bool = Field(
         True, description="vLLM subtracts its CUDA-graph estimate from the KV budget"

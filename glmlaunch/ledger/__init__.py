@@ -25,11 +25,13 @@ from glmlaunch.ledger import (
     capture_stream,
     dcp_a2a,
     dcp_prefill,
+    demand,
     dma,
     exl3,
     fold,
     indexer,
     kv_cache,
+    lmcache,
     oneshot,
     paged_logits,
     runtime,
@@ -39,7 +41,7 @@ from glmlaunch.ledger import (
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.context import Context, Draft, LibraryLayouts, fmt_int
 from glmlaunch.ledger.footprint import PAGE, SMALL_SEGMENT, Packer, align, transient_peak
-from glmlaunch.ledger.model import Entry, Ledger, Origin, RankLedger, Terms
+from glmlaunch.ledger.model import Entry, Ledger, Origin, RankLedger, RuntimeDemand, Terms
 from glmlaunch.ledger.terms import (
     TERM_SYMBOLS,
     budget_terms,
@@ -215,6 +217,7 @@ _SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], t
     # appended last so the packing of the entries above is unchanged by them
     (exl3.entries, exl3.key),
     (dcp_prefill.entries, dcp_prefill.key),
+    (lmcache.entries, lmcache.key),
 )
 
 
@@ -247,6 +250,7 @@ def clear_caches() -> None:
     _BUILT.clear()
     _KV.clear()
     _LEDGERS.clear()
+    _RUNTIME.clear()
 
 
 def _drafts(fn: Callable[[Context], list[Draft]], key: tuple[object, ...], ctx: Context) -> tuple[Draft, ...]:
@@ -328,6 +332,18 @@ def _kv_cached(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...])
     return entry
 
 
+_RUNTIME: dict[tuple[object, ...], RuntimeDemand] = {}
+
+
+def _runtime_cached(ctx: Context, key: tuple[object, ...]) -> RuntimeDemand:
+    hit = _RUNTIME.get(key)
+    if hit is None:
+        if len(_RUNTIME) >= _MEMO_LIMIT:
+            _RUNTIME.clear()
+        hit = _RUNTIME[key] = demand.runtime_demand(ctx)
+    return hit
+
+
 def build_ledger(
     config: DeploymentConfig, *, calibration: object | None = None, library: str = "builtin"
 ) -> Ledger:
@@ -348,7 +364,8 @@ def build_ledger(
     kv = _kv_cached(config, ctx, sized)
     gpus = tuple(config.gpu_list)
     modelled = tuple(sorted(modelled_terms(calibration).items()))
-    ledger_key = (full_key, id(kv), gpus, config.parallel.tp, source, modelled)
+    demand_key = demand.key(ctx)
+    ledger_key = (full_key, id(kv), gpus, config.parallel.tp, source, modelled, demand_key)
     hit = _LEDGERS.get(ledger_key)
     if hit is not None and hit[0] is kv:
         return hit[1]
@@ -365,6 +382,7 @@ def build_ledger(
         latent=latent,
         notes=notes,
         base_terms=budget_terms(cached_terms(sized), calibration),
+        runtime=_runtime_cached(ctx, demand_key),
     )
     if len(_LEDGERS) >= _MEMO_LIMIT:
         _LEDGERS.clear()

@@ -13,11 +13,17 @@ is used as predicted (:func:`glmlaunch.ledger.terms.budget_terms`). The ledger's
 sized by the same functions, so the two agree whenever the budget's T is the profile's. The verdict
 compares the margin with ``memory.min_margin``; a max_model_len request must fit the KV budget at the
 configured KV dtype with DCP sharding; the recommended ``--kv-cache-memory-bytes`` is the KV size that
-leaves exactly the minimum margin (floored to 1 MiB).
+leaves the minimum margin and the runtime demand (floored to 1 MiB).
+
+The runtime margin is ``margin - D``: D is the runtime demand's peak (:mod:`glmlaunch.ledger.demand`), what
+a rank allocates after startup under one max_model_len prefill beside max_num_seqs - 1 decodes. vLLM
+boots whatever D is; the first long request then needs it (``runtime-oom`` when the runtime margin is
+below ``memory.min_runtime_margin``). The recommended pool pin and GMU keep it (docs/memory-model.md §9).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal, NamedTuple
 
 from glmlaunch.config.schema import DeploymentConfig
@@ -27,7 +33,7 @@ from glmlaunch.ledger.terms import budget_terms, gate_bytes, kv_bytes, modelled_
 
 MIB = 1024 * 1024
 
-Verdict = Literal["ok", "below-margin", "oom-risk", "refused"]
+Verdict = Literal["ok", "below-margin", "runtime-oom", "oom-risk", "refused"]
 
 
 class Budget(NamedTuple):
@@ -68,6 +74,22 @@ class Budget(NamedTuple):
     kv_blocks_override: int | None = None
     #: where W came from (ledger/weights.py): profile, record, rig-defaults, documented, estimate, default
     w_source: str = "default"
+    #: the runtime demand's peak phase sum (ledger/demand), and the margin it leaves: margin - demand
+    runtime_demand: int = 0
+    runtime_phase: str = "long-prefill"
+    runtime_margin: int = 0
+    min_runtime_margin: int = 0
+    #: the transient that runs out of memory first (or the largest of the peak phase when all fit)
+    runtime_deciding: str = ""
+    #: the fix, computed (docs/memory-model.md §9): the smallest pool that holds one max_model_len request
+    #: when it keeps the runtime margin, else the largest pool that does (its context in
+    #: recommended_context_tokens); None when no pool keeps it
+    recommended_num_gpu_blocks: int | None = None
+    recommended_context_tokens: int = 0
+    #: the highest GMU whose natural pool keeps both margins (None when none does), and the tokens that
+    #: pool holds (it may be less than one max_model_len request: then only a pin fixes the deployment)
+    recommended_gpu_memory_utilization: float | None = None
+    recommended_gmu_kv_tokens: int = 0
 
     @property
     def terms(self) -> dict[str, int]:
@@ -112,6 +134,7 @@ def compute_budget(
         m.kv_cache_memory_bytes,
         m.num_gpu_blocks_override,
         m.min_margin,
+        m.min_runtime_margin,
         m.kv_cache_dtype,
         config.parallel.dcp,
         s.max_model_len,
@@ -154,6 +177,16 @@ def _compute(
     # vLLM checks one request against the memory it measured; a pinned pool must hold it too (upstream's
     # pool-smaller-than-context rule: blocks x 64 x DCP >= max_model_len)
     fits = natural >= need and kv >= need
+    demand = ledger.runtime
+    runtime_peak = demand.peak_bytes
+    runtime_margin = margin - runtime_peak
+    min_rt = config.memory.min_runtime_margin
+    deciding = demand.deciding(margin)
+    blocks_rec, context_rec = _recommend_blocks(config, per_token, margin + kv, runtime_peak + min_rt)
+    keep = max(runtime_peak + min_rt, config.memory.min_margin)
+    gmu_rec = _recommend_gmu(f0, t.x, total, keep)
+    # the KV size that leaves both the minimum margin and the runtime demand (floored to 1 MiB)
+    recommended = (f0 - budgeted_rest - t.x - keep) // MIB * MIB
     from glmlaunch.ledger.weights import decide_for
 
     w_source = decide_for(config, calibration).source
@@ -163,7 +196,6 @@ def _compute(
     w_known = w_source != "default"
     confirmed = (pinned is not None or w_known) and origin != "default"
 
-    recommended = (f0 - budgeted_rest - t.x - config.memory.min_margin) // MIB * MIB
     reasons: list[str] = []
     start_ok = f0 >= gate
     if not start_ok:
@@ -185,8 +217,11 @@ def _compute(
         else:
             unknown = [] if (pinned is not None or w_known) else [f"W {t.w:,} B is a default"]
             if origin not in ("exact", "library", "calibrated"):
-                unknown.append(f"{per_token:,} B/token is an {origin}" if origin == "estimate" else
-                               f"{per_token:,} B/token is a {origin}")
+                unknown.append(
+                    f"{per_token:,} B/token is an {origin}"
+                    if origin == "estimate"
+                    else f"{per_token:,} B/token is a {origin}"
+                )
             cautions.append(
                 f"unconfirmed: {shortfall}; vLLM would refuse it after loading the weights, but "
                 + " and ".join(unknown)
@@ -199,6 +234,13 @@ def _compute(
         verdict = "oom-risk"
         reasons.append(
             f"steady-state margin {margin:,} B is negative: unbudgeted allocations ({t.x:,} B) can OOM"
+        )
+    elif runtime_margin < min_rt:
+        verdict = "runtime-oom"
+        what = deciding.name if deciding is not None else "the runtime demand"
+        reasons.append(
+            f"runtime margin {runtime_margin:,} B < memory.min_runtime_margin {min_rt:,} B: the "
+            f"{demand.peak_phase} phase needs {runtime_peak:,} B after startup and {what} runs out"
         )
     elif margin < config.memory.min_margin:
         verdict = "below-margin"
@@ -236,7 +278,46 @@ def _compute(
         kv_natural=natural,
         kv_blocks_override=config.memory.num_gpu_blocks_override,
         w_source=w_source,
+        runtime_demand=runtime_peak,
+        runtime_phase=demand.peak_phase,
+        runtime_margin=runtime_margin,
+        min_runtime_margin=min_rt,
+        runtime_deciding=deciding.name if deciding is not None else "",
+        recommended_num_gpu_blocks=blocks_rec,
+        recommended_context_tokens=context_rec,
+        recommended_gpu_memory_utilization=gmu_rec,
+        recommended_gmu_kv_tokens=0
+        if gmu_rec is None
+        else kv_cache.tokens_for(
+            kv_bytes(gate_bytes(gmu_rec, total), t, None), per_token, config.parallel.dcp
+        ),
     )
+
+
+def _recommend_blocks(
+    config: DeploymentConfig, per_token: int, free_without_pool: int, needed_after: int
+) -> tuple[int | None, int]:
+    """(blocks, context): the smallest pool holding one max_model_len request if it leaves
+    ``needed_after`` bytes free, else the largest pool that does and the context it holds."""
+    dcp = config.parallel.dcp
+    block_bytes = kv_cache.KV_BLOCK * per_token
+    if block_bytes <= 0:
+        return None, 0
+    need_blocks = -(-config.scheduler.max_model_len // (kv_cache.KV_BLOCK * dcp))
+    if free_without_pool - need_blocks * block_bytes >= needed_after:
+        return need_blocks, config.scheduler.max_model_len
+    blocks = (free_without_pool - needed_after) // block_bytes
+    if blocks <= 0:
+        return None, 0
+    return int(blocks), int(blocks) * kv_cache.KV_BLOCK * dcp
+
+
+def _recommend_gmu(f0: int, x: int, total: int, needed_after: int) -> float | None:
+    """The highest GMU (3 decimals) whose natural pool leaves ``needed_after`` bytes: F0 - ceil(GMU*T) - X."""
+    gmu = math.floor((f0 - x - needed_after) / total * 1000) / 1000
+    while gmu > 0 and f0 - gate_bytes(gmu, total) - x < needed_after:
+        gmu = round(gmu - 0.001, 3)
+    return gmu if gmu > 0 else None
 
 
 def _calibrated_per_token(calibration: object | None) -> int | None:

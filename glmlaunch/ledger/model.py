@@ -11,7 +11,9 @@ inside one op call: peak only), ``driver`` (CUDA context and NCCL internals: NVM
 
 ``lifetime`` places the bytes in vLLM's budget (docs/memory-model.md §6): ``pre-snapshot`` (U_pre),
 ``profiled`` (P or N), ``graph-estimated`` (G_e), ``unbudgeted`` (X), or ``budget-term`` for the two
-entries that are budget terms of their own (weights W and the KV cache).
+entries that are budget terms of their own (weights W and the KV cache). ``runtime`` entries are not
+made at startup at all: they fire while requests run, after the KV pool and the graphs (the runtime
+demand, :mod:`glmlaunch.ledger.demand`), and are never in a rank's startup entries.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 Kind = Literal["ipc", "torch", "workspace", "transient", "driver"]
-Lifetime = Literal["pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term"]
+Lifetime = Literal["pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term", "runtime"]
 Origin = Literal["exact", "library", "default", "calibrated", "estimate"]
 
 KINDS: tuple[Kind, ...] = ("ipc", "torch", "workspace", "transient", "driver")
 LIFETIMES: tuple[Lifetime, ...] = ("budget-term", "pre-snapshot", "profiled", "graph-estimated", "unbudgeted")
 ORIGINS: tuple[Origin, ...] = ("exact", "library", "default", "calibrated", "estimate")
+#: when a runtime transient fires: the prefill of one long request (its chunks at long context, beside the
+#: other sequences' decodes) or a decode step of max_num_seqs sequences
+Phase = Literal["long-prefill", "decode"]
+PHASES: tuple[Phase, ...] = ("long-prefill", "decode")
 
 
 class Entry(NamedTuple):
@@ -79,6 +85,48 @@ class RankLedger:
         return None
 
 
+class Transient(NamedTuple):
+    """One allocation of the runtime demand: an entry (lifetime ``runtime``) and the phase it fires in."""
+
+    entry: Entry
+    phase: Phase
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeDemand:
+    """What a rank allocates after startup, beyond the memory it keeps cached, under the promised load.
+
+    ``transients`` are in firing order within each phase; the peak is the largest phase sum.
+    """
+
+    transients: tuple[Transient, ...] = ()
+
+    def phase_bytes(self, phase: Phase) -> int:
+        return sum(t.entry.device_bytes for t in self.transients if t.phase == phase)
+
+    @property
+    def peak_phase(self) -> Phase:
+        return max(PHASES, key=self.phase_bytes)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.phase_bytes(self.peak_phase) if self.transients else 0
+
+    def in_phase(self, phase: Phase) -> tuple[Entry, ...]:
+        return tuple(t.entry for t in self.transients if t.phase == phase)
+
+    def deciding(self, free: int) -> Entry | None:
+        """The transient that runs out of ``free`` bytes (in firing order of the peak phase), or, when the
+        whole peak fits, the largest one of it: the one a smaller pool would have to make room for."""
+        entries = self.in_phase(self.peak_phase)
+        used = 0
+        for e in entries:
+            used += e.device_bytes
+            if used > free:
+                return e
+        return max(entries, key=lambda e: e.device_bytes, default=None)
+
+
 @dataclass(frozen=True, slots=True)
 class Ledger:
     stack: str
@@ -92,6 +140,8 @@ class Ledger:
     #: sums, with the calibration's modelled whole terms in their place (terms.budget_terms); None when
     #: built by hand
     base_terms: Terms | None = None
+    #: the runtime demand of every rank (the ranks are symmetric), after the KV pool and the graphs
+    runtime: RuntimeDemand = field(default_factory=RuntimeDemand)
 
     @property
     def rank0(self) -> RankLedger:

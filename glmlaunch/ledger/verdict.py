@@ -5,7 +5,9 @@ This module turns one budget into the verdict every command prints, ``plan``, ``
 ``memory_verdict`` row), ``serve`` (its plan stage) and ``calibrate search``, in text and JSON, so they
 cannot disagree on the same figures:
 
-* **status**: the budget's (``ok``, ``below-margin``, ``oom-risk``, ``refused``);
+* **status**: the budget's (``ok``, ``below-margin``, ``runtime-oom``, ``oom-risk``, ``refused``);
+  ``runtime-oom``: vLLM boots, then the promised load (one max_model_len prefill beside max_num_seqs - 1
+  decodes) needs more than the memory left after startup (the runtime demand, :mod:`.demand`);
 * **blockers**: every constraint that fails, in vLLM's order (start gate, no KV memory, one
   ``max_model_len`` request, the margin), each with its own message: a message names the constraint that
   really fails, never "the margin" when the request fit is what stops it;
@@ -33,7 +35,7 @@ from glmlaunch.ledger.budget import Budget
 Confidence = Literal["confirmed", "rig-defaults", "estimate"]
 #: Where one budget term's figure comes from.
 Source = Literal["record", "exact", "profile", "rig-defaults", "estimate", "default"]
-BlockerId = Literal["start-gate", "no-kv", "request-fit", "oom-risk", "margin"]
+BlockerId = Literal["start-gate", "no-kv", "request-fit", "oom-risk", "runtime", "margin"]
 
 TERMS: tuple[str, ...] = ("U_pre", "W", "P", "N", "G_e", "KV bytes/token")
 CONFIRMED_SOURCES: frozenset[str] = frozenset({"record", "exact", "profile"})
@@ -125,6 +127,35 @@ class Verdict:
         hint = "" if self.confidence == "confirmed" else f"; {CONFIRM_HINT}"
         return f"confidence: {self.confidence_text()}{hint}"
 
+    def runtime_facts(self) -> str:
+        """The runtime margin and the transient that decides it: ``runtime margin 16.50 MiB after …``."""
+        b = self.budget
+        who = f"; deciding: {b.runtime_deciding}" if b.runtime_deciding else ""
+        return (
+            f"runtime margin {format_size(b.runtime_margin)} after the {b.runtime_phase} demand "
+            f"{format_size(b.runtime_demand)}{who}"
+        )
+
+    def recommendation(self) -> str:
+        """The computed fix: the pool pin and the highest GMU that keep the runtime margin."""
+        b = self.budget
+        parts = []
+        if b.recommended_num_gpu_blocks is not None:
+            pin = f"memory.num_gpu_blocks_override={b.recommended_num_gpu_blocks}"
+            if b.recommended_context_tokens < self.max_model_len:
+                pin += f" (holds {b.recommended_context_tokens:,} tokens, less than max_model_len)"
+            parts.append(pin)
+        else:
+            parts.append("no pool pin keeps the runtime margin")
+        if b.recommended_gpu_memory_utilization is not None:
+            holds = b.recommended_gmu_kv_tokens
+            short = "" if holds >= self.max_model_len else ", too small for one max_model_len request"
+            parts.append(
+                f"natural pool up to memory.gpu_memory_utilization={b.recommended_gpu_memory_utilization} "
+                f"(holds {holds:,} tokens{short})"
+            )
+        return "; ".join(parts)
+
     def facts(self) -> str:
         """Margin, KV and one request's fit: the figures every verdict line shows."""
         b = self.budget
@@ -138,7 +169,8 @@ class Verdict:
             f"margin {format_size(b.margin)} (minimum {format_size(b.min_margin)}); "
             f"KV {format_size(b.kv)} holds {b.kv_tokens:,} tokens "
             f"({b.kv_bytes_per_token:,} B/token/rank, {b.kv_bytes_per_token_origin}); "
-            f"one {self.max_model_len:,}-token request needs {format_size(b.request_bytes)} per rank: {fit}"
+            f"one {self.max_model_len:,}-token request needs {format_size(b.request_bytes)} per rank: {fit}; "
+            + self.runtime_facts()
         )
 
     def blocked_text(self) -> str:
@@ -167,6 +199,13 @@ class Verdict:
             "reasons": list(b.reasons),
             "cautions": list(b.cautions),
             "request_fit_confirmed": b.request_fit_confirmed,
+            "runtime": {
+                "phase": b.runtime_phase,
+                "demand_bytes": b.runtime_demand,
+                "margin_bytes": b.runtime_margin,
+                "min_margin_bytes": b.min_runtime_margin,
+                "deciding": b.runtime_deciding or None,
+            },
             "summary": self.summary(),
         }
 
@@ -239,6 +278,18 @@ def _blockers(config: DeploymentConfig, b: Budget) -> list[Blocker]:
                 f"the request fit: one {config.scheduler.max_model_len:,}-token request needs "
                 f"{format_size(b.request_bytes)} of KV per rank, {where}",
                 ("KV bytes/token",) if pinned else ("W", "P", "N", "G_e", "KV bytes/token"),
+            )
+        )
+    runtime_blocks = b.margin >= 0 and b.runtime_margin < b.min_runtime_margin
+    if runtime_blocks:
+        out.append(
+            Blocker(
+                "runtime",
+                f"the runtime margin: {format_size(b.runtime_margin)} < memory.min_runtime_margin "
+                f"{format_size(b.min_runtime_margin)}: after startup {format_size(b.margin)} is free and the "
+                f"{b.runtime_phase} phase needs {format_size(b.runtime_demand)}; {b.runtime_deciding} runs "
+                "out of memory",
+                margin_terms,
             )
         )
     if b.margin < 0:

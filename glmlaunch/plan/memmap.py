@@ -51,7 +51,13 @@ _SEGMENTS: tuple[tuple[str, str, str, str, str], ...] = (
     ("margin", "margin", "#e0e0e0", "white", "."),
 )
 #: verdict status -> SVG colour of the verdict line (the terminal uses the same hues)
-STATUS_COLOURS = {"ok": "#2e7d32", "below-margin": "#b26a00", "oom-risk": "#c62828", "refused": "#c62828"}
+STATUS_COLOURS = {
+    "ok": "#2e7d32",
+    "below-margin": "#b26a00",
+    "runtime-oom": "#c62828",
+    "oom-risk": "#c62828",
+    "refused": "#c62828",
+}
 _OVERRUN = "#b00020"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +22,7 @@ from glmlaunch.config.units import parse_size
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
-from glmlaunch.ledger.model import Entry, Ledger
+from glmlaunch.ledger.model import PHASES, Entry, Ledger, RuntimeDemand
 from glmlaunch.ledger.verdict import Verdict, judge
 
 SCHEMA_VERSION = 1
@@ -139,7 +140,14 @@ def explain_terms(result: PlanResult, name: str) -> list[str] | None:
 
 
 def find_entry(result: PlanResult, name: str) -> Entry:
-    entries = {e.name: e for e in (*result.ledger.rank0.entries, *result.ledger.latent)}
+    entries = {
+        e.name: e
+        for e in (
+            *result.ledger.rank0.entries,
+            *result.ledger.latent,
+            *(t.entry for t in result.ledger.runtime.transients),
+        )
+    }
     if name in entries:
         return entries[name]
     close = difflib.get_close_matches(name, list(entries), n=3)
@@ -221,13 +229,51 @@ class BudgetDoc(_Doc):
     num_gpu_blocks_override: int | None = Field(
         None, description="the pinned pool's blocks per rank (--num-gpu-blocks-override), null when unpinned"
     )
+    # Added in version 1 (compatible): the runtime demand after the KV pool, and the computed fix.
+    runtime_demand_bytes: int = Field(
+        0, description="the runtime demand's peak: the sum of its peak phase's transients (runtime_demand)"
+    )
+    runtime_phase: str = Field("long-prefill", description="the phase of that peak: long-prefill or decode")
+    runtime_margin_bytes: int = Field(0, description="margin_bytes - runtime_demand_bytes: free at the peak")
+    min_runtime_margin_bytes: int = Field(0, description="memory.min_runtime_margin")
+    runtime_deciding: str | None = Field(
+        None,
+        description="the transient that runs out of memory first (in firing order), or the largest of the "
+        "peak phase when all fit",
+    )
+    recommended_num_gpu_blocks: int | None = Field(
+        None,
+        description="the smallest pool (blocks per rank) that holds one max_model_len request and keeps the "
+        "runtime margin, else the largest that keeps it; null when none does",
+    )
+    recommended_context_tokens: int = Field(
+        0, description="the context the recommended pool holds (max_model_len, or less when it cannot)"
+    )
+    recommended_gpu_memory_utilization: float | None = Field(
+        None, description="the highest GMU (3 decimals) whose natural pool keeps both margins"
+    )
+    recommended_gmu_kv_tokens: int = Field(
+        0,
+        description="the tokens that GMU's natural pool holds (less than max_model_len: only a pin fixes it)",
+    )
+
+
+class RuntimeDoc(_Doc):
+    """The runtime demand: every transient that fires after startup, with its phase."""
+
+    phase: str = Field(description="the peak phase")
+    peak_bytes: int
+    phases: dict[str, int] = Field(description="the sum of each phase's transients")
+    transients: list[EntryDoc] = Field(description="in firing order within each phase (note: the phase)")
+    phase_of: dict[str, str] = Field(description="transient name -> the phase it fires in")
 
 
 class BlockerDoc(_Doc):
     id: str = Field(
         description="the constraint that fails: start-gate, no-kv (no memory left for the KV cache), "
         "request-fit (one max_model_len request does not fit the KV cache), oom-risk (negative margin), "
-        "margin (below memory.min_margin)"
+        "runtime (the runtime demand leaves less than memory.min_runtime_margin), margin (below "
+        "memory.min_margin)"
     )
     message: str = Field(description="the constraint and its figures, e.g. 'the margin: 512.00 MiB < …'")
     terms: list[str] = Field(description="the budget terms this constraint rests on")
@@ -236,7 +282,7 @@ class BlockerDoc(_Doc):
 class VerdictDoc(_Doc):
     """The one memory verdict (glmlaunch.ledger.verdict): the same object in plan, check, serve and search."""
 
-    status: str = Field(description="ok, below-margin, oom-risk or refused")
+    status: str = Field(description="ok, below-margin, runtime-oom, oom-risk or refused")
     ok: bool = Field(description="status is ok")
     reasons: list[str] = Field(description="the budget's reasons for a status other than ok")
     # Added in version 1 (compatible): findings that rest on defaults or estimates and so do not
@@ -265,6 +311,12 @@ class VerdictDoc(_Doc):
     term_sources: dict[str, str] = Field(
         description="per term (U_pre, W, P, N, G_e, KV bytes/token): record, exact, profile, rig-defaults, "
         "estimate or default"
+    )
+    # Added in version 1 (compatible): the runtime margin.
+    runtime: dict[str, Any] = Field(
+        default={},
+        description="phase, demand_bytes, margin_bytes, min_margin_bytes and deciding (the transient that "
+        "runs out first, or the largest)",
     )
     summary: str = Field(description="the verdict as one line, as the text outputs print it")
 
@@ -296,6 +348,10 @@ class PlanDoc(_Doc):
     ranks: list[RankDoc]
     latent: list[EntryDoc]
     notes: list[str]
+    # Added in version 1 (compatible).
+    runtime_demand: RuntimeDoc | None = Field(
+        None, description="what each rank allocates after startup under the promised load"
+    )
     # Added in version 1 (compatible).
     calibration: str = Field(
         "", description="which calibration the figures use: the records applied, or the rig defaults, or none"
@@ -365,6 +421,25 @@ def budget_doc(b: Budget) -> BudgetDoc:
         recommended_kv_cache_memory_bytes=b.recommended_kv_cache_memory_bytes,
         kv_cache_natural_bytes=b.kv_natural,
         num_gpu_blocks_override=b.kv_blocks_override,
+        runtime_demand_bytes=b.runtime_demand,
+        runtime_phase=b.runtime_phase,
+        runtime_margin_bytes=b.runtime_margin,
+        min_runtime_margin_bytes=b.min_runtime_margin,
+        runtime_deciding=b.runtime_deciding or None,
+        recommended_num_gpu_blocks=b.recommended_num_gpu_blocks,
+        recommended_context_tokens=b.recommended_context_tokens,
+        recommended_gpu_memory_utilization=b.recommended_gpu_memory_utilization,
+        recommended_gmu_kv_tokens=b.recommended_gmu_kv_tokens,
+    )
+
+
+def runtime_doc(demand: RuntimeDemand) -> RuntimeDoc:
+    return RuntimeDoc(
+        phase=demand.peak_phase,
+        peak_bytes=demand.peak_bytes,
+        phases={ph: demand.phase_bytes(ph) for ph in PHASES},
+        transients=[entry_doc(t.entry) for t in demand.transients],
+        phase_of={t.entry.name: t.phase for t in demand.transients},
     )
 
 
@@ -393,6 +468,7 @@ def plan_document(result: PlanResult) -> PlanDoc:
         ranks=ranks,
         latent=[entry_doc(e) for e in ledger.latent],
         notes=list(ledger.notes),
+        runtime_demand=runtime_doc(ledger.runtime),
         calibration=result.calibration_message,
         budget=budget_doc(budget),
         verdict=VerdictDoc.model_validate(result.verdict.to_json()),

@@ -18,7 +18,7 @@ from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.units import format_size
 from glmlaunch.errors import MarginError
 from glmlaunch.ledger.budget import Budget
-from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger
+from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger, RuntimeDemand
 from glmlaunch.output import mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
 from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, plan_document
@@ -38,6 +38,7 @@ _LIFETIME_TITLES = {
 _VERDICT_STYLE = {
     "ok": "bold green",
     "below-margin": "bold yellow",
+    "runtime-oom": "bold red",
     "oom-risk": "bold red",
     "refused": "bold red",
 }
@@ -168,6 +169,20 @@ def latent_table(latent: tuple[Entry, ...], width: int | None = None) -> Table:
     return lat
 
 
+def runtime_table(demand: RuntimeDemand, width: int | None = None) -> Table:
+    """The runtime demand: each transient after startup, in firing order, with its phase."""
+    t = _table(f"runtime demand per rank (after startup; peak: {demand.peak_phase})", width)
+    t.add_column("entry", no_wrap=True, overflow="fold")
+    t.add_column("phase", no_wrap=True)
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("origin")
+    t.add_column("trigger", overflow="fold")
+    for tr in demand.transients:
+        e = tr.entry
+        t.add_row(e.name, tr.phase, _size(e.device_bytes), e.origin, e.condition)
+    return t
+
+
 def budget_table(b: Budget, width: int | None = None) -> Table:
     full = width is None or width >= FULL_WIDTH
     t = _table("budget per rank (docs/memory-model.md §6)", width)
@@ -192,7 +207,9 @@ def budget_table(b: Budget, width: int | None = None) -> Table:
         ("G_e", b.g_e, "", "CUDA-graph estimate"),
         ("KV", b.kv, "pinned" if b.kv_pinned else "", "KV cache = R - W - P - N - G_e"),
         ("X", b.x, "", "unbudgeted"),
-        ("margin", b.margin, f"min {_size(b.min_margin)}", "F0 - (W+P+N+G_e+KV) - X"),
+        ("margin", b.margin, f"min {_size(b.min_margin)}", "F0 - (W+P+N+G_e+KV) - X: free after startup"),
+        ("D", b.runtime_demand, b.runtime_phase, "runtime demand: the peak phase's transients"),
+        ("runtime", b.runtime_margin, f"min {_size(b.min_runtime_margin)}", "margin - D: free at the peak"),
     ]
     for term, value, extra, meaning in rows:
         if full:
@@ -238,7 +255,8 @@ def verdict_text(result: PlanResult) -> Text:
     text.append(
         f"  {v.facts()}\n{v.confidence_line()}\n"
         f"recommended --kv-cache-memory-bytes={b.recommended_kv_cache_memory_bytes} "
-        f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin"
+        f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin and the runtime demand\n"
+        f"recommended for the runtime margin: {v.recommendation()}"
     )
     for caution in b.cautions:
         text.append(f"\n  ! {caution}", style="yellow")
@@ -314,6 +332,8 @@ def render_plan(
             out_console.print(ledger_table(head, members, width))
         if ledger.latent:
             out_console.print(latent_table(ledger.latent, width))
+        if ledger.runtime.transients:
+            out_console.print(runtime_table(ledger.runtime, width))
         out_console.print(budget_table(budget, width))
         out_console.print(memmap.render_terminal(ledger.rank0, budget, width=_map_width(width)))
         out_console.print(verdict_text(result))

@@ -21,6 +21,7 @@ from glmlaunch.config.units import GIB, MIB
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.model import PHASES
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 V3 = "vllm-current210-cap1024-mtp3-v3-server.log"
@@ -84,7 +85,19 @@ def independent(config: DeploymentConfig, model: TermModel) -> tuple[int, int, i
 
 def feasible_independently(config: DeploymentConfig, model: TermModel) -> bool:
     margin, kv, need, gate_ok = independent(config, model)
-    return gate_ok and margin >= config.memory.min_margin and kv >= need
+    return (
+        gate_ok
+        and margin >= config.memory.min_margin
+        and kv >= need
+        and margin - runtime_demand(config, model) >= config.memory.min_runtime_margin
+    )
+
+
+def runtime_demand(config: DeploymentConfig, model: TermModel) -> int:
+    """The runtime demand's peak, summed from the ledger's runtime entries (not the budget's figure)."""
+    cal = model_calibration(config, model, version=config.vllm_version)
+    demand = build_ledger(config, calibration=cal).runtime
+    return max(sum(t.entry.device_bytes for t in demand.transients if t.phase == ph) for ph in PHASES)
 
 
 def run(cfg: DeploymentConfig, objective: str, model: TermModel, **kw: object) -> SearchResult:
@@ -140,8 +153,13 @@ def test_max_kv_bytes_next_mib_breaks_the_margin(records: list[Calibration], mod
     best = int(result.best.value)
     assert best % MIB == 0
     assert best == result.best.recommended_kv_cache_memory_bytes  # the budget's own answer agrees
-    assert independent(at(cfg, memory__kv_cache_memory_bytes=best), model)[0] >= GIB
-    assert independent(at(cfg, memory__kv_cache_memory_bytes=best + MIB), model)[0] < GIB
+    # the recommended size keeps both the 1 GiB minimum and the runtime demand; one MiB more breaks one
+    def keeps(kv: int) -> bool:
+        c = at(cfg, memory__kv_cache_memory_bytes=kv)
+        margin = independent(c, model)[0]
+        return margin >= GIB and margin - runtime_demand(c, model) >= 0
+
+    assert keeps(best) and not keeps(best + MIB)
     assert any("margin" in r for r in result.next_up.reasons)
 
 
@@ -505,10 +523,11 @@ def test_the_search_names_its_confidence_and_stops_where_one_request_no_longer_f
     doc = json.loads(done.stdout)
     validate(doc)
     assert doc["verdict"]["status"] == "ok" and doc["verdict"]["confidence"] == "estimate"
-    # the rig's W and KV record size are estimates fitted on its real boots: good enough to decide, so
-    # the step up is refused where one max_model_len request no longer fits (not where KV runs out)
+    # the rig's W and KV record size are estimates fitted on its real boots: good enough to decide. The
+    # step up is refused where the long prefill's demand (it grows with the chunk) no longer fits the
+    # margin, before one max_model_len request stops fitting the pool
     assert doc["best"]["feasible"] and doc["best"]["blockers"] == [] and doc["best"]["fits_one_request"]
-    assert [b["id"] for b in doc["next_step"]["blockers"]] == ["request-fit"]
+    assert [b["id"] for b in doc["next_step"]["blockers"]] == ["runtime"]
     text = run_cli("calibrate", "search", "-p", "turnkey", "--no-write", env=clean_env)
     assert "confidence: estimate" in text.stdout
 
@@ -518,7 +537,9 @@ def test_on_default_figures_the_request_fit_is_a_caution_in_search(clean_env: di
     done = run_cli(
         "calibrate", "search", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200",
         "--set", "model.path=/models/unknown", "--set", "model.revision=null",
-        "--set", "scheduler.max_model_len=1000000", "--no-write", "--json", env=clean_env,
+        "--set", "scheduler.max_model_len=1000000", "--no-write", "--json",
+        # a GMU whose margin holds the runtime demand on the built-in default figures
+        "--set", "memory.gpu_memory_utilization=0.945", env=clean_env,
     )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -577,6 +598,6 @@ def test_search_feasibility_is_plans_verdict(
         assert _plan_ok(env, name, [*sets, f"{doc['knob']}={value}"]) == feasible, (value, doc["blocked"])
     if profile == "turnkey" and objective == "max-batched-tokens":
         # the reviewer's case, with the EXL3 arena following the chunk as the launchers did then: plan and
-        # search answer 4,096 alike (one request no longer fits there)
+        # search answer 4,096 alike (the long prefill's demand no longer fits the margin there)
         assert not _plan_ok(env, name, [*sets, "scheduler.max_num_batched_tokens=4096"])
-        assert doc["best"]["value"] < 4096 and doc["next_step"]["blockers"][0]["id"] == "request-fit"
+        assert doc["best"]["value"] < 4096 and doc["next_step"]["blockers"][0]["id"] == "runtime"

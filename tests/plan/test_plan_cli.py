@@ -59,6 +59,7 @@ def test_schema_is_stable() -> None:
         "ranks",
         "latent",
         "notes",
+        "runtime_demand",
         "calibration",
         "budget",
         "verdict",
@@ -78,11 +79,15 @@ def test_document_budget_matches_terms() -> None:
     assert doc.ranks[0].device_bytes_by_lifetime["unbudgeted"] == b.unbudgeted_bytes
 
 
-def test_recommended_kv_bytes_keeps_the_minimum_margin() -> None:
+def test_recommended_kv_bytes_keeps_the_minimum_margin_and_the_runtime_demand() -> None:
     rec = make_plan("turnkey").budget.recommended_kv_cache_memory_bytes
     pinned = make_plan("turnkey", [f"memory.kv_cache_memory_bytes={rec}"]).budget
     assert pinned.kv_pinned and pinned.kv == rec
-    assert pinned.min_margin <= pinned.margin < pinned.min_margin + MIB
+    # the turnkey's runtime demand is larger than the 1 GiB minimum: the runtime margin binds
+    keep = max(pinned.min_margin, pinned.runtime_demand + pinned.min_runtime_margin)
+    assert keep > pinned.min_margin
+    assert keep <= pinned.margin < keep + MIB
+    assert pinned.verdict == "ok" and 0 <= pinned.runtime_margin < MIB
 
 
 def test_gpu_memory_option_changes_total(clean_env: dict[str, str]) -> None:
@@ -123,7 +128,9 @@ def test_svg_shows_the_verdicts_findings(tmp_path: Path, clean_env: dict[str, st
     # shortfall is an unconfirmed caution.
     unknown = ("--set", "model.path=/models/unknown", "--set", "model.revision=null")
     longer = ("--set", "scheduler.max_model_len=1048576")
-    args = ("plan", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200", *unknown, *longer)
+    # a GMU whose margin holds the runtime demand on that GPU's default figures
+    roomy = ("--set", "memory.gpu_memory_utilization=0.93")
+    args = ("plan", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200", *unknown, *longer, *roomy)
     args += ("--svg", str(svg))
     assert run_cli(*args, env=clean_env).returncode == 0
     root = ET.parse(svg).getroot()

@@ -23,6 +23,8 @@ from glmlaunch.ledger.verdict import judge
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
 INVENTORY = FIXTURES / "inventories" / "rtxpro6000x4.json"
 OTHER_GPU = "hardware.gpu_model=NVIDIA H200"
+#: on OTHER_GPU's defaults the turnkey keeps its runtime margin only with a lower GMU and a shorter context
+ROOMY = ("memory.gpu_memory_utilization=0.93", "scheduler.max_model_len=131072")
 
 
 def validate(doc: object, name: str) -> None:
@@ -54,7 +56,9 @@ def verdict(profile: str, *overrides: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("overrides", "blocker", "words"),
     [
-        (("memory.min_margin=20GiB",), "margin", "the margin: "),
+        # a GMU low enough that the runtime demand fits (and a context its pool holds): the margin alone
+        (("memory.min_margin=20GiB", *ROOMY), "margin", "the margin: "),
+        (("memory.gpu_memory_utilization=0.955",), "runtime", "the runtime margin: "),
         (("memory.gpu_memory_utilization=0.999",), "start-gate", "the start gate: free memory at startup"),
         (("memory.gpu_memory_utilization=0.5",), "no-kv", "the KV cache: no memory is left for it"),
         (
@@ -79,26 +83,34 @@ def test_every_non_ok_verdict_names_its_real_blocker(
 def test_confidence_names_the_terms_it_rests_on() -> None:
     # On another GPU nothing is calibrated: U_pre, P, N and G_e are built-in defaults; W of an unknown
     # checkpoint is the built-in fallback; the KV record of a known dtype is exact.
-    other = verdict("turnkey", OTHER_GPU, "model.path=/models/unknown", "model.revision=null")
+    other = verdict("turnkey", OTHER_GPU, "model.path=/models/unknown", "model.revision=null", *ROOMY)
     assert other.confidence == "estimate"
     assert dict(other.sources)["W"] == "default" and dict(other.sources)["KV bytes/token"] == "exact"
     assert "W, P, N and G_e are built-in defaults" in other.confidence_text()
     # the shipped turnkey's W is the documented 3.0 bpw figure of another release: an estimate
-    shipped = verdict("turnkey", OTHER_GPU)
+    shipped = verdict("turnkey", OTHER_GPU, *ROOMY)
     assert dict(shipped.sources)["W"] == "estimate" and "W is an estimate" in shipped.confidence_text()
     # An exact KV record (fp8) and W given by the profile: the request fit's inputs other than the
     # profiled terms are known; the margin alone rests on U_pre, a built-in default here.
-    below = verdict("gate", OTHER_GPU, "memory.min_margin=20GiB")
+    below = verdict("gate", OTHER_GPU, "memory.min_margin=20GiB", *ROOMY)
     assert below.deciding == ("U_pre",) and below.unconfirmed == ("U_pre",)
     assert below.confidence_text() == "estimate (U_pre is a built-in default)"
 
 
 def test_json_is_the_verdict_object() -> None:
-    v = verdict("turnkey", OTHER_GPU, "memory.min_margin=20GiB")
+    v = verdict("turnkey", OTHER_GPU, "memory.min_margin=20GiB", *ROOMY)
     doc = v.to_json()
     assert doc["status"] == "below-margin" and doc["blocker"] == "margin" and doc["confidence"] == "estimate"
     assert doc["blockers"][0]["terms"] == ["U_pre"] and doc["summary"] == v.summary()
     assert doc["reasons"] and doc["reasons"] == list(v.budget.reasons)
+    b = v.budget
+    assert doc["runtime"] == {
+        "phase": b.runtime_phase,
+        "demand_bytes": b.runtime_demand,
+        "margin_bytes": b.margin - b.runtime_demand,
+        "min_margin_bytes": 0,
+        "deciding": b.runtime_deciding,
+    }
 
 
 # --- the same verdict everywhere ----------------------------------------------------------------------

@@ -1,0 +1,58 @@
+"""The long prefill: what one max_model_len request's chunks allocate beyond the profiled dummy batch.
+
+vLLM profiles one dummy batch of max_num_batched_tokens at a short context; the peak it measures (P) stays
+cached in torch's allocator and is reused by every later step. A real chunk at long context needs more:
+the indexer's scores and top-k over the whole context, the DCP gathers and all-to-alls of the context's
+compressed KV, and MoE temporaries under real (skewed) routing. Their sum per batched token is not sized
+by the stack's code here: it is one fitted term, ``prefill_growth_bytes_per_token`` (facts.json), charged
+per token of the chunk. The appliance's records show it saturates early: the 3.42 natural pool died on a
+128K request and the 18-block-smaller pool served 516K, so it is not charged per context token.
+"""
+
+from __future__ import annotations
+
+from glmlaunch.ledger.context import Context, fmt_int
+from glmlaunch.ledger.demand.entry import transient
+from glmlaunch.ledger.demand.facts import term
+from glmlaunch.ledger.model import Origin, Transient
+
+
+def transients(ctx: Context) -> list[Transient]:
+    cfg = ctx.config
+    rows = cfg.scheduler.max_num_batched_tokens
+    growth = term("prefill_growth_bytes_per_token")
+    learned = ctx.calibrated("runtime_prefill_bytes")
+    origin: Origin = "calibrated"
+    if learned is not None:
+        n = learned
+        why = getattr(ctx.calibration, "runtime_note", None) or "this configuration's serve logs"
+        formula = f"learned: {fmt_int(n)}  [{why}]"
+    else:
+        n = round(growth.value * rows)
+        formula = (
+            f"prefill_growth_bytes_per_token * max_num_batched_tokens = {growth.value:,.0f} * {rows} = "
+            f"{fmt_int(n)}  [fitted: {growth.cite()}]"
+        )
+    return [
+        transient(
+            "demand.prefill_growth",
+            n,
+            phase="long-prefill",
+            trigger=f"a prefill chunk of up to {rows} tokens at a context past the profiled dummy batch",
+            reader="sparse indexer (scores, top-k), DCP gathers and all-to-alls, MoE temporaries",
+            formula=formula,
+            origin=origin,
+            note=(
+                "not sized by the stack's code here: a named term fitted on the appliance's recorded "
+                "outcomes (it says so); it saturates by a 32K context on every record"
+            ),
+        )
+    ]
+
+
+def key(ctx: Context) -> tuple[object, ...]:
+    return (
+        ctx.config.scheduler.max_num_batched_tokens,
+        ctx.calibrated("runtime_prefill_bytes"),
+        getattr(ctx.calibration, "runtime_note", None),
+    )
