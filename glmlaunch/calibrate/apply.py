@@ -19,7 +19,7 @@ size and NCCL carries the rest, and the notes say so.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from glmlaunch.config.schema import DeploymentConfig
@@ -53,6 +53,10 @@ class LedgerCalibration:
     explain: tuple[tuple[str, str], ...] = ()
     origin: str = "calibrated"
     weights_origin: str | None = None
+    #: the long prefill's demand learned from this configuration's serve logs (a runtime OOM after ready),
+    #: replacing the fitted term (ledger/demand/prefill.py), and how it was learned
+    runtime_prefill_bytes: int | None = None
+    runtime_note: str | None = None
 
 
 def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig:
@@ -175,7 +179,69 @@ def calibration_for(
     record = next(
         (r for r in loaded.records if learned.used and r.record_id[:12] == learned.used[0][:12]), None
     )
+    cal, runtime_message = with_runtime_evidence(config, cal, loaded.records)
+    if runtime_message:
+        message += f"; {runtime_message}"
     return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped)
+
+
+def with_runtime_evidence(
+    config: DeploymentConfig, cal: LedgerCalibration, records: tuple[Calibration, ...]
+) -> tuple[LedgerCalibration, str]:
+    """``cal`` with the long prefill's demand raised by this configuration's runtime OOMs, if any.
+
+    A serve log of exactly this configuration (same memory settings) that OOMed after the server was
+    ready proves the demand is at least ``margin - free + tried`` (a free-memory reading while serving:
+    ``margin - free``): the memory the plan says was free
+    after startup, less what was still free at the OOM, plus the allocation that failed. When that is
+    more than the plan's demand, the long prefill's growth term (the fitted one: ledger/demand) takes
+    the difference; the record and the allocation are named. An OOM never lowers the demand.
+    """
+    from glmlaunch.calibrate.fingerprint import memory_settings
+    from glmlaunch.calibrate.learn import record_config
+    from glmlaunch.ledger import build_ledger
+    from glmlaunch.ledger.budget import compute_budget
+
+    def settings(c: DeploymentConfig) -> dict[str, Any]:
+        # a log shows the launcher's environment only where a launcher prints it: env.* never decides
+        return {k: v for k, v in memory_settings(c).items() if k != "env" and not k.startswith("env.")}
+
+    mine = settings(config)
+    ooms = []
+    for r in records:
+        if not any(e.after_ready for e in r.boot.runtime_events):
+            continue
+        own = record_config(r)
+        if own is None or settings(own) != mine:
+            continue
+        # an OOM after ready, or a free-memory reading while requests ran (a lower bound: a moment of it)
+        ooms += [(r, e) for e in r.boot.runtime_events if e.after_ready]
+    if not ooms:
+        return cal, ""
+    ledger = build_ledger(config, calibration=cal)
+    budget = compute_budget(config, ledger, calibration=cal)
+    phase = ledger.runtime.in_phase("long-prefill")
+    growth = next((e.device_bytes for e in phase if e.name == "demand.prefill_growth"), 0)
+    others = sum(e.device_bytes for e in phase) - growth
+    record, event = max(ooms, key=lambda x: budget.margin - x[1].free_bytes + (x[1].tried_bytes or 0))
+    floor = budget.margin - event.free_bytes + (event.tried_bytes or 0)
+    needed = floor - others
+    if needed <= growth:
+        return cal, ""
+    tried = event.tried_bytes or 0
+    what = (
+        f"OOMed after ready (tried {tried:,} B with {event.free_bytes:,} B free)"
+        if event.kind == "oom"
+        else f"read {event.free_bytes:,} B free while serving"
+    )
+    note = (
+        f"record {record.record_id[:12]} ({record.boot.source.rsplit('/', 1)[-1]}) {what}, so the demand is "
+        f"at least margin {budget.margin:,} - {event.free_bytes:,} + {tried:,} = {floor:,} B; "
+        f"demand.prefill_growth takes {needed:,} B (was {growth:,})"
+    )
+    return replace(cal, runtime_prefill_bytes=needed, runtime_note=note), (
+        f"the runtime demand is raised by record {record.record_id[:12]}'s serve log"
+    )
 
 
 def say_calibration(use: CalibrationUse, *, say: Callable[[str], object]) -> None:

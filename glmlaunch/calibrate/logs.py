@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
+from typing import Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict
 
@@ -203,6 +203,26 @@ class EngineObservation(BaseModel):
     unparsed: list[str] = []
 
 
+RuntimeKind = Literal["oom", "free"]
+
+
+class RuntimeEvent(BaseModel):
+    """Runtime evidence in a serve log: a CUDA OOM (``Tried to allocate X … of which Y is free``) or a
+    free-memory reading (``GPU N: X MiB free``, as ``glmlaunch`` writes it), with when it happened."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    kind: RuntimeKind
+    process: str | None = None
+    gpu: int | None = None
+    tried_bytes: int | None = None
+    free_bytes: int
+    total_bytes: int | None = None
+    #: after the API server said it was ready (startup complete): the runtime, not the boot
+    after_ready: bool
+    line: str
+
+
 class BootLog(BaseModel):
     """The parse of one log: per-rank observations, the engine's lines, and what the log lacked."""
 
@@ -219,6 +239,13 @@ class BootLog(BaseModel):
     repeated_ranks: list[str] = []
     failure: str | None = None  # the first exception a boot that was not refused died of
     boot_config: BootConfig | None = None  # the configuration that booted (launcher header, vLLM args)
+    #: OOMs and free-memory readings, in log order (runtime evidence: issue 19)
+    runtime_events: list[RuntimeEvent] = []
+
+    @property
+    def runtime_ooms(self) -> list[RuntimeEvent]:
+        """The OOMs after the server was ready: a clean boot that died on a request."""
+        return [e for e in self.runtime_events if e.kind == "oom" and e.after_ready]
 
     @property
     def refused(self) -> bool:
@@ -637,6 +664,42 @@ def _merge_unranked(workers: dict[str, _Acc]) -> dict[str, _Acc]:
     return merged
 
 
+_OOM_RE = re.compile(
+    r"CUDA out of memory\. Tried to allocate " + _NUM + r" ?(B|KiB|MiB|GiB)\. GPU "
+    r"(?:\(?([0-9]+)\)? )?has a total capacity of " + _NUM + r" ?(B|KiB|MiB|GiB) of which " + _NUM
+    + r" ?(B|KiB|MiB|GiB) is free"
+)
+_FREE_RE = re.compile(r"\bGPU ([0-9]+): " + _NUM + r" ?(MiB|GiB) free\b")
+_READY_RE = re.compile(r"Application startup complete|Starting vLLM API server")
+
+
+def _runtime_event(msg: _Message, ready: bool) -> RuntimeEvent | None:
+    m = _OOM_RE.search(msg.text)
+    if m:
+        gpu = m.group(3)
+        return RuntimeEvent(
+            kind="oom",
+            process=msg.process,
+            gpu=int(gpu) if gpu is not None else None,
+            tried_bytes=_to_bytes(m.group(1), m.group(2)),
+            free_bytes=_to_bytes(m.group(6), m.group(7)),
+            total_bytes=_to_bytes(m.group(4), m.group(5)),
+            after_ready=ready,
+            line=msg.text.strip()[:240],
+        )
+    f = _FREE_RE.search(msg.text)
+    if f:
+        return RuntimeEvent(
+            kind="free",
+            process=msg.process,
+            gpu=int(f.group(1)),
+            free_bytes=_to_bytes(f.group(2), f.group(3)),
+            after_ready=ready,
+            line=msg.text.strip()[:240],
+        )
+    return None
+
+
 def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     """Parse one boot log's text; never raises on malformed content (it is reported instead)."""
     workers: dict[str, _Acc] = {}
@@ -645,10 +708,24 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     unattributed: list[Refusal] = []
     version: str | None = None
     failure: str | None = None
+    ready = False
+    events: list[RuntimeEvent] = []
 
     for msg in iter_messages(text):
         if version is None:
             version = version_of(msg.text)
+        if not ready and _READY_RE.search(msg.text):
+            ready = True
+        if "out of memory" in msg.text or " free" in msg.text:
+            try:
+                event = _runtime_event(msg, ready)
+            except (ValueError, OverflowError):
+                event = None
+            if event is not None and event.model_dump(exclude={"process"}) not in [
+                e.model_dump(exclude={"process"}) for e in events
+            ]:
+                # the parent process echoes a worker's exception: one event per distinct message
+                events.append(event)
         try:
             refusal = _refusal(msg.text)
         except (ValueError, OverflowError):  # a number too long for int() or too large for a float
@@ -719,6 +796,7 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
         repeated_ranks=[a.name for a in workers.values() if a.repeated],
         failure=None if refused else failure,
         boot_config=None if boot_config.empty else boot_config,
+        runtime_events=events,
     )
 
 
