@@ -28,7 +28,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from glmlaunch import no_plugin_scan
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import debug_enabled, mask_secrets, note, printable, reset_secrets, set_quiet
+from glmlaunch.output import debug_enabled, line_text, note, reset_secrets, set_quiet
 
 PROG = "glmlaunch"
 #: The variable the completion scripts set when they ask glmlaunch for candidates (Typer's protocol).
@@ -279,7 +279,7 @@ def _fail(exc: GlmlaunchError) -> NoReturn:
 
 
 def _error(line: str) -> None:
-    sys.stderr.write(f"error: {printable(mask_secrets(line))}\n")
+    sys.stderr.write(f"error: {line_text(line)}\n")
     sys.stderr.flush()
 
 

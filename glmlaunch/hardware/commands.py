@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rich.table import Table
+from rich.text import Text
 
 from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES, GLMLAUNCH_STRICT
 from glmlaunch.config.schema import DeploymentConfig
@@ -160,7 +161,7 @@ def check_table(report: CheckReport) -> Table:
     table.add_column("status", no_wrap=True)
     table.add_column("message")
     for r in report.results:
-        table.add_row(r.name, f"[{_STATUS_STYLE[r.status]}]{r.status}[/]", r.message)
+        table.add_row(r.name, Text(r.status, style=_STATUS_STYLE[r.status]), r.message)
     return table
 
 
