@@ -65,6 +65,9 @@ def _format_params(ctx: Context, formatter: HelpFormatter) -> None:
             args.append((_argument_usage(param).strip("[]"), record[1]))
         else:
             opts.append(record)
+    if ctx.parent is not None and opts:  # every command takes -q where the root does (_take_quiet)
+        at = len(opts) - 1 if opts[-1][0].startswith("-h") else len(opts)
+        opts.insert(at, (", ".join(QUIET_FLAGS), QUIET_HELP))
     for title, rows in (("Arguments", args), ("Options", opts)):
         if rows:
             with formatter.section(title):
@@ -99,10 +102,44 @@ def _parse(ctx: Context, parse: Callable[[], list[str]]) -> list[str]:
         raise _with_context(exc, ctx) from None
 
 
+QUIET_FLAGS = ("-q", "--quiet")
+QUIET_HELP = "no notes or progress on stderr; warnings and errors stay (also GLMLAUNCH_QUIET=1)"
+
+
+def _take_quiet(ctx: Context, args: list[str], *, group: bool) -> list[str]:
+    """``args`` without ``-q``/``--quiet``, which then sets quiet: ``glmlaunch plan -q`` means what
+    ``glmlaunch -q plan`` does. Never after ``--`` (vLLM's own ``-q``), never as an option's value, and
+    for a group only before its command's name."""
+    takes_value = {
+        opt
+        for param in ctx.command.get_params(ctx)
+        if not isinstance(param, TyperArgument) and not getattr(param, "is_flag", False)
+        for opt in param.opts
+    }
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or (group and not arg.startswith("-")):
+            out += args[i:]
+            break
+        if arg in QUIET_FLAGS:
+            set_quiet(True)
+        elif arg in takes_value:
+            out += args[i : i + 2]
+            i += 1
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
 class _Held(ClickCommand):
     """What commands and groups share: glmlaunch's usage errors, man-page usage lines, examples verbatim."""
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        if ctx.parent is not None:  # the root declares -q itself
+            args = _take_quiet(ctx, args, group=isinstance(self, TyperGroup))
         return _parse(ctx, partial(super().parse_args, ctx, args))
 
     def collect_usage_pieces(self, ctx: Context) -> list[str]:

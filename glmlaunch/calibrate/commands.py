@@ -12,7 +12,7 @@ from glmlaunch.calibrate.render import list_table, record_document, record_repor
 from glmlaunch.calibrate.search import SearchResult, changes
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.units import format_size, parse_size
+from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.output import note, out_console, out_json, warn
 
@@ -175,6 +175,9 @@ def run_search(
     )
     from glmlaunch.config.commands import resolve
 
+    # The options are read before any work: a bad --min-margin fails first, with nothing said before it.
+    margin = _size_option("--min-margin", min_margin)
+    top = _upper_option(objective, upper)
     resolved = resolve(profile, overrides)
     config = resolved.config
     inventory = None
@@ -220,9 +223,9 @@ def run_search(
         calibration_message=message,
         total_bytes=total,
         used_by_others=used,
-        min_margin=_size_option("--min-margin", min_margin),
+        min_margin=margin,
         step=step,
-        upper=_upper_option(objective, upper),
+        upper=top,
     )
     for line in result.notes:
         note(line)
@@ -269,10 +272,8 @@ def _no_fit_hint(result: SearchResult) -> str:
 def _size_option(name: str, value: str | None) -> int | None:
     if value is None:
         return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(str(exc), key=name, value=value) from None
+    # `--min-margin 1` meant 1 GiB, never 1 byte: the same rule as plan's --gpu-memory
+    return parse_size_option(value, key=name, what="a size")
 
 
 def _upper_option(objective: str, value: str | None) -> int | float | None:

@@ -230,8 +230,8 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, So
     sources: dict[str, Source] = {}
     known_keys: set[str] = set()
     for name in sorted(environ):
-        if not name.startswith(TOOL_PREFIX) or name in TOOL_VARS:
-            continue
+        if not name.startswith(TOOL_PREFIX) or name in TOOL_VARS or not environ[name].strip():
+            continue  # empty means unset, as for the tool's own variables (settings._read)
         known_keys = known_keys or set(_all_setting_keys())
         key = _env_name_to_key(name)
         if key not in known_keys and not key.startswith("env."):

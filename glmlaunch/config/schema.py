@@ -219,7 +219,7 @@ class HardwareSection(_Section):
     )
     gpu_count: int = Field(4, ge=1, description="GPUs the deployment expects to see")
     memory_per_gpu: ByteSize = Field(
-        round(95.01 * GIB), description="usable device memory per GPU as cudaMemGetInfo reports it"
+        round(95.01 * GIB), gt=0, description="usable device memory per GPU as cudaMemGetInfo reports it"
     )
     compute_capability: str = Field(
         "12.0", pattern=r"^[0-9]+\.[0-9]+$", description='CUDA compute capability, quoted: "12.0" (sm120)'

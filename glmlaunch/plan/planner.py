@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from glmlaunch import __version__
 from glmlaunch.config.resolve import Resolved, resolve_config
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.units import parse_size
+from glmlaunch.config.units import parse_size_option
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
@@ -53,15 +53,8 @@ class PlanResult:
 def parse_gpu_memory(value: str | None) -> int | None:
     if value is None:
         return None
-    if value.strip().replace(".", "", 1).isdigit():
-        # `--gpu-memory 96` meant 96 GiB, never 96 bytes: a device total needs its unit
-        raise ConfigError(
-            "a device total needs a unit", key="--gpu-memory", value=value, hint=f"e.g. {value.strip()}GiB"
-        )
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(str(exc), key="--gpu-memory", value=value, hint="e.g. 96GiB or 95.01GiB") from None
+    # `--gpu-memory 96` meant 96 GiB, never 96 bytes; a device of 0 bytes holds nothing to plan
+    return parse_size_option(value, key="--gpu-memory", what="a device total", minimum=1)
 
 
 def check_library(library: str) -> str:
