@@ -190,3 +190,13 @@ def refuse_existing(path: str | os.PathLike[str], *, key: str, force: bool) -> N
         raise ConfigError(
             "the output file exists", key=key, value=os.fspath(path), hint="pass --force to overwrite it"
         )
+
+
+def xml_text(text: str) -> str:
+    """Text for a generated XML/SVG file (``plan --svg``): escaped by :func:`glmlaunch.output.escape` first
+    (XML 1.0 cannot hold most control characters, and a name must not start a line), then XML-escaped."""
+    from xml.sax.saxutils import escape as xml_escape
+
+    from glmlaunch.output import escape
+
+    return xml_escape(escape(text))

@@ -289,8 +289,17 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                 hint="use a finite number, a string or a boolean",
             )
 
-    from glmlaunch.config.render_args import managed_flag_conflicts
+    from glmlaunch.config.render_args import managed_flag_conflicts, standalone_values
 
+    for key, value in standalone_values(config):
+        if value.startswith("-"):
+            add(
+                "error",
+                key,
+                "starts with '-': vllm serve would read it as an option, not as this value",
+                value,
+                hint="give the value itself (a path: ./-name); extra flags belong in vllm_args",
+            )
     for arg, setting in managed_flag_conflicts(config.vllm_args):
         add(
             "error",
