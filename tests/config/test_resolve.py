@@ -278,3 +278,20 @@ def test_many_errors_are_all_reported() -> None:
         resolve_config("gate", ["runner=v9", "memory.kv_cache_dtype=fp9", "parallel.tp=x"], environ={})
     assert len(info.value.errors) == 3
     assert "(and 2 more errors)" in info.value.one_line()
+
+
+def test_a_whole_map_setting_is_replaced_by_a_layer_and_extended_by_a_dotted_set(tmp_path: Path) -> None:
+    """server.default_chat_template_kwargs is one value: a profile that gives it replaces its base's."""
+    prof = tmp_path / "mine.yaml"
+    prof.write_text("extends: r12-exl3\nserver:\n  default_chat_template_kwargs: {enable_thinking: false}\n")
+    resolved = resolve_config(str(prof), (), environ={})
+    assert resolved.config.server.default_chat_template_kwargs == {"enable_thinking": False}
+    key = "server.default_chat_template_kwargs.enable_thinking"
+    assert resolved.source_of(key).kind == "profile"
+    added = resolve_config("r12-exl3", ("server.default_chat_template_kwargs.enable_thinking=1",), environ={})
+    kwargs = added.config.server.default_chat_template_kwargs
+    assert kwargs == {"reasoning_effort": "high", "enable_thinking": "1"}
+    whole = resolve_config("r12-exl3", ("server.default_chat_template_kwargs={x: 1}",), environ={})
+    assert whole.config.server.default_chat_template_kwargs == {"x": 1}
+    emptied = resolve_config("r12-exl3", ("server.default_chat_template_kwargs={}",), environ={})
+    assert not emptied.config.server.default_chat_template_kwargs
