@@ -30,7 +30,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from glmlaunch import no_plugin_scan
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import debug_enabled, line_text, note, reset_secrets, set_quiet
+from glmlaunch.output import begin_run, debug_enabled, line_text, note, set_quiet
 
 PROG = "glmlaunch"
 #: The variable the completion scripts set when they ask glmlaunch for candidates (Typer's protocol).
@@ -515,8 +515,7 @@ def _completion_flag_values(args: list[str]) -> list[str]:
 
 def run(app: typer.Typer) -> NoReturn:
     """Run ``app`` as the console script: every failure one ``error:`` line and its documented exit code."""
-    reset_secrets()  # the secrets of this run only (main may run many times in one process, as in tests)
-    set_quiet(False)
+    begin_run()  # the secrets and warnings of this run only (main may run many times in one process)
     if COMPLETE_VAR in os.environ:
         # A completion script asks for candidates (answered here, as data: see "shell completion").
         _answer_completion(app)

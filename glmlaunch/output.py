@@ -486,8 +486,24 @@ def line_text(message: str) -> str:
     return escape(mask_secrets(message))
 
 
+_warned: set[str] = set()
+
+
+def begin_run() -> None:
+    """A fresh CLI run (main() may run many times in one process, as in tests): no secrets registered,
+    not quiet, no warning said yet."""
+    reset_secrets()
+    set_quiet(False)
+    _warned.clear()
+
+
 def warn(message: str) -> None:
+    """``warning: …`` on stderr, once per run: a configuration two stages (or both sides of a ``diff``)
+    resolve is warned about once."""
     line = "warning: " + line_text(message)
+    if line in _warned:
+        return
+    _warned.add(line)
     if sys.stderr.isatty() and not os.environ.get(NO_COLOR):
         line = f"\x1b[33m{line}\x1b[0m"
     sys.stderr.write(line + "\n")

@@ -24,20 +24,41 @@ DCP_A2A_WORLD_SIZES: dict[str, frozenset[int]] = {
     "b12x": frozenset({2, 4, 8, 9, 10, 12, 16}),
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Layers, lowest first (config.resolve): a warning names the most specific source of what it read.
+_LAYER = ("default", "profile", "env", "cli")
+#: What the capture-size rules read besides the sizes: the decode window is max_num_seqs x (1 + MTP).
+_WINDOW_INPUTS = (
+    "cudagraph.capture_sizes",
+    "cudagraph.capture_rule",
+    "scheduler.max_num_seqs",
+    "speculative.num_speculative_tokens",
+)
 
 
 def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) -> list[Diagnostic]:
     out: list[Diagnostic] = []
 
-    def src(key: str) -> str | None:
+    def sources_of(key: str) -> list[Source]:
         probe = key
         while probe:
             if probe in provenance:
-                return str(provenance[probe])
+                return [provenance[probe]]
             probe = probe.rpartition(".")[0]
         # A section set as a whole (capture_rule: {max: 32}) is recorded at its leaves.
-        inner = sorted(str(v) for k, v in provenance.items() if k.startswith(key + "."))
-        return inner[-1].rsplit(".", 1)[0] if inner else None
+        return [v for k, v in provenance.items() if k.startswith(key + ".")]
+
+    def most_specific(found: list[Source]) -> Source | None:
+        # the latest layer wins; within one layer the first found (the rule's own key comes first)
+        return max(found, key=lambda s: _LAYER.index(s.kind), default=None)
+
+    def src(key: str, *inputs: str) -> str | None:
+        """Where the value a rule is about came from, and, when a later layer set another value it read,
+        that one first: a --set that made a profile's capture sizes wrong is named, not 'default'."""
+        own = most_specific(sources_of(key))
+        other = most_specific([s for k in inputs if k != key for s in sources_of(k)])
+        if other is not None and (own is None or _LAYER.index(other.kind) > _LAYER.index(own.kind)):
+            return str(other) if own is None or own.kind == "default" else f"{other} and {own}"
+        return None if own is None else str(own)
 
     def add(
         level: Literal["error", "warning"],
@@ -46,8 +67,9 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
         value: object = None,
         allowed: tuple[str, ...] = (),
         hint: str | None = None,
+        inputs: tuple[str, ...] = (),
     ) -> None:
-        out.append(Diagnostic(level, key, message, value, allowed, src(key), hint))
+        out.append(Diagnostic(level, key, message, value, allowed, src(key, *inputs), hint))
 
     tp, dcp = config.parallel.tp, config.parallel.dcp
     geo = config.model.geometry
@@ -101,7 +123,14 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
 
     if config.comm.pcie_allreduce:
         if tp == 1:
-            add("warning", "comm.pcie_allreduce", "no PCIe all-reduce is built at tp=1", True)
+            add(
+                "warning",
+                "comm.pcie_allreduce",
+                "no PCIe all-reduce is built at tp=1",
+                True,
+                hint="--set comm.pcie_allreduce=false",
+                inputs=("parallel.tp",),
+            )
         elif tp not in ONESHOT_WORLD_SIZES:
             add(
                 "error",
@@ -132,7 +161,8 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                 "per "
                 f"batched token per channel, {format_size(per_channel)} per channel here",
                 0,
-                hint="the launchers use 64",
+                hint="--set comm.dcp_a2a_max_tokens=64 (what the launchers use)",
+                inputs=("scheduler.max_num_batched_tokens",),
             )
 
     if config.comm.compressed_wire and not config.comm.allow_compressed_wire:
@@ -158,6 +188,18 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
     sizes = config.capture_sizes()
     window = config.scheduler.max_num_seqs * config.decode_step
     cap_key = "cudagraph.capture_rule" if config.cudagraph.capture_rule else "cudagraph.capture_sizes"
+    # The capture rule that serves exactly the decode window: multiples of MTP+1 (step null) up to it.
+    # A hint names the step too whenever a step is set, or following it would not clear its warning.
+    step = config.cudagraph.capture_rule.step if config.cudagraph.capture_rule else None
+    to_window = (
+        f"--set cudagraph.capture_rule.step=null --set cudagraph.capture_rule.max={window}"
+        if step is not None and step != config.decode_step
+        else f"--set cudagraph.capture_rule.max={window}"
+    )
+    n = window // config.decode_step
+    shown = ", ".join(str(config.decode_step * i) for i in range(1, n + 1)) if n <= 3 else (
+        f"{config.decode_step}, {2 * config.decode_step}, … {window}"
+    )
     if config.cudagraph.mode != "NONE" and sizes:
         if max(sizes) < window:
             add(
@@ -167,7 +209,8 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                 f"{config.scheduler.max_num_seqs} x {config.decode_step} = {window}: full decode batches "
                 "would silently leave the CUDA-graph fast path",
                 sizes,
-                hint=f"capture up to {window}, or lower scheduler.max_num_seqs",
+                hint=f"capture up to {window} ({to_window}), or lower scheduler.max_num_seqs",
+                inputs=_WINDOW_INPUTS,
             )
         if (config.model.quantization or "").lower() == "exl3" and config.decode_step > 1:
             off = [s for s in sizes if s % config.decode_step]
@@ -178,20 +221,22 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                     f"on the EXL3 path capture sizes should be multiples of MTP+1 = {config.decode_step} "
                     f"({len(off)} of {len(sizes)} are not)",
                     sizes,
-                    hint=f"--set cudagraph.capture_rule.max={window} (sizes {config.decode_step}, "
-                    f"{2 * config.decode_step}, … {window}; it replaces a capture_sizes list)",
+                    hint=f"{to_window} (sizes {shown}; it replaces a capture_sizes list)",
+                    inputs=(*_WINDOW_INPUTS, "model.quantization"),
                 )
         beyond = [s for s in sizes if s > window]
         if beyond:
             # A decode step never holds more than max_num_seqs x (1 + MTP) tokens: these graphs are only
             # memory (the audit's capture-beyond-decode-window finding prices them).
+            fits = step is None or window % step == 0
             add(
                 "warning",
                 cap_key,
                 f"capture sizes above max_num_seqs x (1 + MTP) = {window} never serve a decode step "
                 f"({len(beyond)} of {len(sizes)}): they only cost graph memory",
                 sizes,
-                hint=f"--set cudagraph.capture_rule.max={window}",
+                hint=f"--set cudagraph.capture_rule.max={window}" if fits else to_window,
+                inputs=_WINDOW_INPUTS,
             )
     if config.exl3_trellis_max_m is not None and config.exl3_trellis_max_m < window:
         add(
@@ -199,6 +244,8 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
             "exl3_trellis_max_m",
             f"the EXL3 Trellis decode window is below max_num_seqs x (1 + MTP) = {window}",
             config.exl3_trellis_max_m,
+            hint=f"--set exl3_trellis_max_m={window}",
+            inputs=_WINDOW_INPUTS[2:],
         )
     cap = config.exl3.prefill_capacity
     if cap is not None and cap > config.scheduler.max_num_batched_tokens:
@@ -209,7 +256,8 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
             "scheduler never sends more, so the extra EXL3 arena (240 KiB/token, +320 KiB/token for the "
             "MTP drafter) only takes KV cache memory",
             cap,
-            hint=f"lower it to at most {config.scheduler.max_num_batched_tokens}, or leave it unset",
+            hint=f"--set exl3.prefill_capacity={config.scheduler.max_num_batched_tokens} (or null: unset)",
+            inputs=("scheduler.max_num_batched_tokens",),
         )
     if config.memory.kv_scale_mode is not None and config.memory.kv_cache_dtype != "nvfp4_ds_mla":
         add(
@@ -227,6 +275,8 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
             "memory.allocator.expandable_segments",
             "LMCache forces expandable_segments off; every torch footprint is computed without it",
             True,
+            hint="--set memory.allocator.expandable_segments=false",
+            inputs=("lmcache",),
         )
 
     for name in config.env:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel, ConfigDict, Field
 
 from glmlaunch import __version__
-from glmlaunch.config.resolve import Resolved, resolve_config
+from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import parse_size_option
 from glmlaunch.errors import ConfigError
@@ -100,10 +100,11 @@ def make_plan(
     shows it in its header), and appended to ``messages`` when given (``diff`` plans twice and says a
     message both sides share once)."""
     from glmlaunch.calibrate.apply import calibration_for
-    from glmlaunch.output import register_config_secrets, warn
+    from glmlaunch.config.commands import resolve
+    from glmlaunch.output import warn
 
-    resolved = resolve_config(profile, overrides)
-    register_config_secrets(resolved.config.env, resolved.config.vllm_args)
+    # The one resolve every command uses: the configuration's warnings are said here too (issue 22)
+    resolved = resolve(profile, overrides)
     use = calibration_for(resolved.config)
     for line in use.warnings:
         warn(line)

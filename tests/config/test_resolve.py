@@ -186,7 +186,8 @@ def test_heads_divisible_by_tp() -> None:
 def test_capture_window() -> None:
     text = expect_error("r12-exl3", ["scheduler.max_num_seqs=16"])
     assert "largest capture size 32 is below max_num_seqs x (1 + MTP) = 16 x 4 = 64" in text
-    assert "from profile r12-exl3:cudagraph.capture_rule" in text
+    # the --set that made the profile's sizes too small is named first (issue 22, item 11)
+    assert "from cli --set scheduler.max_num_seqs and profile r12-exl3:cudagraph.capture_rule" in text
 
 
 def test_exl3_capture_multiple_warning() -> None:
