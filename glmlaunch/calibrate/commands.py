@@ -14,6 +14,7 @@ from glmlaunch.calibrate.store import Store
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError, MarginError
+from glmlaunch.files import check_writable_target, refuse_existing
 from glmlaunch.output import note, out_console, out_json, warn
 
 #: The version of every ``calibrate … --json`` document (docs/schemas/calibrate-*.schema.json).
@@ -164,6 +165,7 @@ def run_search(
     write: bool,
     as_json: bool,
     command: str,
+    force: bool = False,
 ) -> SearchResult:
     """Resolve, find the calibration, search, write the overlay, render; MarginError when nothing fits."""
     from glmlaunch.calibrate.render import search_tables
@@ -180,6 +182,13 @@ def run_search(
     top = _upper_option(objective, upper)
     resolved = resolve(profile, overrides)
     config = resolved.config
+    path: Path | None = None
+    if write:
+        # One rule for every output file (profiles import too): an existing one only with --force,
+        # refused before the search runs.
+        path = output or Path(f"{resolved.profile_name}-{objective}.yaml")
+        check_writable_target(path, key="--output")
+        refuse_existing(path, key="--output", force=force)
     inventory = None
     total: int | None = None
     used = 0
@@ -229,13 +238,13 @@ def run_search(
     )
     for line in result.notes:
         note(line)
-    path: Path | None = None
-    if result.best is not None and write:
+    if result.best is not None and path is not None:
         chain = resolved.profile_chain
         extends = chain[-1].name if chain and chain[-1].builtin else str(chain[-1].path.resolve())
-        path = output or Path(f"{resolved.profile_name}-{result.objective}.yaml")
         write_overlay(path, overlay_yaml(result, extends=extends, command=command))
         note(f"wrote the calibrated overlay profile {path} (extends {extends}); use it with -p {path}")
+    elif path is not None:
+        path = None  # nothing fits: nothing was written
     if as_json:
         out_json(result_document(result, overlay=path))
     else:

@@ -17,8 +17,8 @@ from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES, GLMLAUNCH_STRICT
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.settings import ToolSettings
 from glmlaunch.config.units import format_size
-from glmlaunch.errors import ConfigError, ExitCode
-from glmlaunch.hardware.checks import PURPOSES, CheckReport, run_checks
+from glmlaunch.errors import ConfigError, ExitCode, NoGpuError
+from glmlaunch.hardware.checks import PURPOSES, CheckReport, CheckResult, run_checks
 from glmlaunch.hardware.inventory import Gpu, Inventory, P2PCaps, save_inventory
 from glmlaunch.hardware.probe import get_inventory
 from glmlaunch.output import note, out_console, out_json, warn
@@ -165,6 +165,19 @@ def check_table(report: CheckReport) -> Table:
     return table
 
 
+def no_gpu_report(profile: str, purpose: str, exc: NoGpuError) -> CheckReport:
+    """The report of a check that found no NVML or no GPU: one FAIL row (``gpu_probe``, exit 8)."""
+    return CheckReport(
+        profile=profile,
+        purpose=purpose if purpose in PURPOSES else "serve",
+        inventory=f"none: {exc.message}",
+        gpus=(),
+        results=(
+            CheckResult(name="gpu_probe", status="FAIL", message=exc.one_line(), fail_code=ExitCode.NO_GPU),
+        ),
+    )
+
+
 class CalibrationUse(Protocol):
     """What a calibration lookup returns (``glmlaunch.calibrate.apply.calibration_for``)."""
 
@@ -198,7 +211,13 @@ def run_check(
     strict_source = "--strict" if strict else f"{GLMLAUNCH_STRICT}=1"
     strict = strict or ToolSettings.from_environ().strict
     resolved = resolve(profile, overrides)
-    inv = get_inventory(inventory_file)
+    try:
+        inv = get_inventory(inventory_file)
+    except NoGpuError as exc:
+        # --json promises one document: the report says what stopped the checks (and exit 8 follows)
+        if as_json:
+            out_json(no_gpu_report(resolved.profile_name, purpose, exc).to_json(strict=strict))
+        raise
     calibration: object | None = None
     said = ""
     if calibration_lookup is not None:

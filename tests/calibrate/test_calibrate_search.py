@@ -568,3 +568,25 @@ def test_search_feasibility_is_plans_verdict(
         # the reviewer's case: plan and search answer 4,096 alike (one request no longer fits there)
         assert not _plan_ok(env, name, ["scheduler.max_num_batched_tokens=4096"])
         assert doc["best"]["value"] < 4096 and doc["next_step"]["blockers"][0]["id"] == "request-fit"
+
+
+def test_search_refuses_to_overwrite_an_overlay_without_force(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """Issue 22, item 16: one rule for output files (profiles import's): an existing one only with --force."""
+    out = tmp_path / "overlay.yaml"
+    out.write_text("mine: keep\n")
+    args = ("calibrate", "search", "-p", "r12-exl3", "--objective", "max-gmu", "-o", str(out))
+    refused = run_cli(*args, env=clean_env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    want = f"error: --output: the output file exists; got '{out}'; hint: pass --force to overwrite it\n"
+    assert refused.stderr == want
+    assert out.read_text() == "mine: keep\n"
+    forced = run_cli(*args, "--force", env=clean_env)
+    assert forced.returncode == 0, forced.stderr
+    assert "extends: r12-exl3" in out.read_text()
+    # the default name follows the same rule
+    default = tmp_path / "r12-exl3-max-gmu.yaml"
+    default.write_text("mine: keep\n")
+    again = run_cli(*args[:5], "max-gmu", env=clean_env, cwd=tmp_path)
+    assert again.returncode == 2 and default.read_text() == "mine: keep\n"
