@@ -180,6 +180,52 @@ def __getattr__(name: str) -> Console:
     return _CONSOLES[name]
 
 
+#: The narrowest a wrapping column may get before a table no longer counts as fitting.
+_WRAP_MIN = 12
+
+
+def fit(table: Any, *, width: int | None = None) -> Any:
+    """``table`` as it reads at the console's width, no cell ever cut with "…" (what ``plan`` and
+    ``check`` do: the ledger adapts, the messages wrap).
+
+    A column declared ``no_wrap`` holds what must stay whole (an id, a date, a size): it keeps its widest
+    cell's width and only its header may wrap; the other columns wrap, and anything longer than a line
+    folds onto the next. When the whole columns and a minimum for the others do not fit the width, the
+    table is stacked instead: one section per row, one ``column  value`` line per cell.
+    """
+    from rich.cells import cell_len
+    from rich.table import Table
+    from rich.text import Text
+
+    def plain(cell: Any) -> str:
+        return cell.plain if isinstance(cell, Text) else cell if isinstance(cell, str) else ""
+
+    def longest(text: str) -> int:
+        return max((cell_len(line) for line in text.splitlines()), default=0)
+
+    available = width if width is not None else __getattr__("out_console").width
+    needed = 3 * len(table.columns) + 1
+    for column in table.columns:
+        texts = [plain(c) for c in column.cells]
+        if column.no_wrap:  # whole: as wide as its widest cell or its header, never narrower
+            needed += max([longest(t) for t in texts] + [longest(plain(column.header))])
+        else:  # wraps at spaces, and a word longer than the column folds onto the next line
+            needed += min(max([longest(t) for t in texts] + [longest(plain(column.header))]), _WRAP_MIN)
+            column.overflow = "fold"
+    if needed <= available or len(table.columns) <= 2:
+        return table
+    stacked = Table(
+        title=table.title, caption=table.caption, show_header=False, expand=False, title_justify="left"
+    )
+    stacked.add_column("", style="bold", overflow="fold", max_width=max(_WRAP_MIN, available // 3))
+    stacked.add_column("", overflow="fold")
+    columns = [(plain(c.header) or "", list(c.cells)) for c in table.columns]
+    for row in range(table.row_count):
+        for i, (name, values) in enumerate(columns):
+            stacked.add_row(name, values[row], end_section=i == len(columns) - 1)
+    return stacked
+
+
 class _MaskedStream:
     """sys.stdout / sys.stderr (looked up at each write, as rich does) behind :func:`mask_secrets`.
 

@@ -15,7 +15,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.files import check_writable_target, refuse_existing
-from glmlaunch.output import note, out_console, out_json, warn
+from glmlaunch.output import fit, note, out_console, out_json, warn
 
 #: The version of every ``calibrate … --json`` document (docs/schemas/calibrate-*.schema.json).
 SCHEMA_VERSION = 1
@@ -64,7 +64,7 @@ def run_ingest(
         residuals = _residuals(rec)
         docs.append(record_document(rec, residuals=residuals))
         if not as_json:
-            out_console.print(terms_table(rec))
+            out_console.print(fit(terms_table(rec)))
             _print_residuals(residuals)
     if as_json:
         out_json({"schema_version": SCHEMA_VERSION, "records": docs})
@@ -78,7 +78,7 @@ def _print_residuals(residuals: Any) -> None:
     if table is None:
         note(residuals.get("unavailable", "no residuals") if isinstance(residuals, dict) else "no residuals")
     else:
-        out_console.print(table)
+        out_console.print(fit(table))
 
 
 def run_list(*, as_json: bool) -> list[Calibration]:
@@ -96,7 +96,7 @@ def run_list(*, as_json: bool) -> list[Calibration]:
             }
         )
     elif records:
-        out_console.print(list_table(records))
+        out_console.print(fit(list_table(records)))
     else:
         note(f"no calibration records in {store.root}")
     return records
@@ -131,7 +131,7 @@ def run_show(
         if as_json:
             out_json(_show_document(None, doc, use.message))
         else:
-            out_console.print(model_table(doc))
+            out_console.print(fit(model_table(doc)))
             for line in doc["explain"].values():
                 note(line)
         return None
@@ -142,7 +142,7 @@ def run_show(
     else:
         for line in record_report(record):
             note(line)
-        out_console.print(terms_table(record))
+        out_console.print(fit(terms_table(record)))
         _print_residuals(residuals)
     return record
 
@@ -249,7 +249,7 @@ def run_search(
         out_json(result_document(result, overlay=path))
     else:
         for table in search_tables(result):
-            out_console.print(table)
+            out_console.print(fit(table))
     if result.best is not None:
         if not changes(result):
             note(

@@ -138,17 +138,10 @@ def record_document(record: Calibration, *, residuals: Any = None) -> dict[str, 
 
 def list_table(records: list[Calibration]) -> Table:
     table = Table(title="calibration records (newest first)", expand=False)
-    # Ids and dates are what a reader copies and sorts by: never cut. The long texts (why a record is not
-    # usable, the log's path) wrap, and take what width is left.
+    # Ids and dates are what a reader copies and sorts by: whole at any width (output.fit stacks the table
+    # where they do not fit in one row). The long texts (why a record is not usable, the log) wrap.
     for col in ("id", "created", "profile", "usable", "ranks", "W", "log"):
-        wraps = col in ("usable", "log")
-        table.add_column(
-            col,
-            no_wrap=not wraps,
-            overflow="fold" if wraps else "ellipsis",
-            min_width=len(col) if not wraps else 12,
-            ratio=None if not wraps else (3 if col == "usable" else 2),
-        )
+        table.add_column(col, no_wrap=col not in ("usable", "log"))
     for r in records:
         worst = r.worst() if r.ranks else None
         table.add_row(
@@ -202,7 +195,7 @@ def search_tables(result: SearchResult) -> list[Table]:
     proof = Table(title=title, expand=False)
     findings_col = "blocked by; cautions"
     for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", findings_col):
-        proof.add_column(col, no_wrap=col != findings_col)
+        proof.add_column(col, no_wrap=col != findings_col)  # figures whole (output.fit), findings wrap
     for label, ev in rows:
         if ev is None:
             continue
@@ -291,7 +284,7 @@ def model_document(model: TermModel, config: DeploymentConfig, *, version: str |
 def model_table(doc: dict[str, Any]) -> Table:
     table = Table(title=f"term model ({doc['origin']}): {doc['description']}", expand=False)
     for col in ("term", "predicted", "coefficients", "records", "max |residual|", "kept from the prior"):
-        table.add_column(col, no_wrap=col in ("term", "predicted"))
+        table.add_column(col, no_wrap=col in ("term", "predicted", "records", "max |residual|"))
     for term, t in doc["terms"].items():
         coef = t.get("coefficients_bytes", {})
         res = t.get("residuals_bytes", {})

@@ -177,7 +177,7 @@ def list_profiles(*, as_json: bool) -> None:
 
     table = Table(show_lines=False)
     for column in ("name", "extends", "description", "location"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in ("name", "extends"))
     for row in rows:
         table.add_row(
             str(row["name"]),
@@ -185,7 +185,7 @@ def list_profiles(*, as_json: bool) -> None:
             str(row["description"]),
             "built-in" if row["builtin"] else str(row["path"]),
         )
-    output.out_console.print(table)
+    output.out_console.print(output.fit(table))
 
 
 def show_profile(name: str) -> None:

@@ -21,7 +21,7 @@ from glmlaunch.errors import ConfigError, ExitCode, NoGpuError
 from glmlaunch.hardware.checks import PURPOSES, CheckReport, CheckResult, run_checks
 from glmlaunch.hardware.inventory import Gpu, Inventory, P2PCaps, save_inventory
 from glmlaunch.hardware.probe import get_inventory
-from glmlaunch.output import note, out_console, out_json, warn
+from glmlaunch.output import fit, note, out_console, out_json, warn
 
 
 def _size(n: int | None) -> str:
@@ -85,7 +85,7 @@ def inventory_tables(inv: Inventory) -> list[Table]:
         "CPUs",
         "processes",
     ):
-        gpus.add_column(col)
+        gpus.add_column(col, no_wrap=col not in ("name", "CPUs", "processes"))  # figures whole
     for g in inv.gpus:
         gpus.add_row(
             str(g.index),
@@ -105,10 +105,10 @@ def inventory_tables(inv: Inventory) -> list[Table]:
 
     if len(inv.gpus) > 1:
         topo = Table(title="topology / P2P (row -> column: r read, w write, a atomics, NV over NVLink)")
-        topo.add_column("")
+        topo.add_column("", no_wrap=True)
         order = [g.index for g in inv.gpus]
         for b in order:
-            topo.add_column(f"GPU {b}")
+            topo.add_column(f"GPU {b}", no_wrap=True)
         for a in order:
             cells = []
             for b in order:
@@ -129,7 +129,7 @@ def inventory_tables(inv: Inventory) -> list[Table]:
     if problems:
         errs = Table(title="what NVML could not read", expand=False)
         for col in ("where", "field", "NVML said"):
-            errs.add_column(col)
+            errs.add_column(col, no_wrap=col != "NVML said")
         for row in problems:
             errs.add_row(*row)
         tables.append(errs)
@@ -146,7 +146,7 @@ def show_hw(inventory_file: Path | None, save: Path | None, *, as_json: bool) ->
         out_json(inv.model_dump(mode="json"))
     else:
         for table in inventory_tables(inv):
-            out_console.print(table)
+            out_console.print(fit(table))
     return inv
 
 
