@@ -15,7 +15,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.files import check_writable_target, refuse_existing
-from glmlaunch.output import fit, note, out_console, out_json, warn
+from glmlaunch.output import fit, note, out_console, out_json, out_text, warn
 
 #: The version of every ``calibrate … --json`` document (docs/schemas/calibrate-*.schema.json).
 SCHEMA_VERSION = 1
@@ -132,8 +132,8 @@ def run_show(
             out_json(_show_document(None, doc, use.message))
         else:
             out_console.print(fit(model_table(doc)))
-            for line in doc["explain"].values():
-                note(line)
+            # where each term came from is the answer to `show`, not narration: stdout, also under -q
+            out_text("\n".join(doc["explain"].values()))
         return None
     record = store.get(record_id)
     residuals = _residuals(record)
@@ -261,7 +261,10 @@ def run_search(
             if result.objective == "max-kv-bytes"
             else result.best.recommended_kv_cache_memory_bytes
         )
-        note(f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)")
+        if not as_json:  # data: on stdout, as in the JSON (kv_cache_memory_bytes)
+            out_text(
+                f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)"
+            )
     else:
         first, last = (result.knob.show(v) for v in (result.range_start, result.range_end))
         raise MarginError(

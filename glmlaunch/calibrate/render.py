@@ -269,6 +269,17 @@ def model_document(model: TermModel, config: DeploymentConfig, *, version: str |
             "unidentified": list(fit.unidentified),
             "predicted_bytes": pred.terms.get(term),
         }
+    build = model.n_build(version)
+    if build is not None and "n" in terms:
+        # The plan's N is the residual of this vLLM build (its records' mean), not the fit over every build:
+        # the table, the JSON and the explanation say the same records and figure.
+        terms["n"].update(
+            features={},
+            coefficients_bytes={f"vLLM build {build[0]}": build[1]},
+            records=list(build[2]),
+            residuals_bytes={},
+            unidentified=[],
+        )
     terms["w"] = {"meaning": TERM_DOC["w"], "predicted_bytes": pred.terms.get("w"), "origin": pred.w_origin}
     return {
         "origin": model.origin,
