@@ -28,7 +28,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer._click.shell_completion import CompletionItem
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from glmlaunch import no_plugin_scan
+from glmlaunch import no_plugin_scan, without_plugin_loader
 from glmlaunch.errors import ExitCode, GlmlaunchError
 from glmlaunch.output import begin_run, debug_enabled, line_text, note, set_quiet
 
@@ -516,6 +516,7 @@ def _completion_flag_values(args: list[str]) -> list[str]:
 def run(app: typer.Typer) -> NoReturn:
     """Run ``app`` as the console script: every failure one ``error:`` line and its documented exit code."""
     begin_run()  # the secrets and warnings of this run only (main may run many times in one process)
+    without_plugin_loader()
     if COMPLETE_VAR in os.environ:
         # A completion script asks for candidates (answered here, as data: see "shell completion").
         _answer_completion(app)
