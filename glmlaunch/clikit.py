@@ -332,16 +332,17 @@ def completion_script(shell: str) -> str:
 
 def _offered(items: list[CompletionItem]) -> list[CompletionItem]:
     # A name with a control character or a line break cannot be one candidate in any of the protocols
-    # (and a terminal would obey it when listed): it is not offered; a path typed by hand still works.
-    from glmlaunch.output import is_safe
+    # (and a terminal would obey it when listed), and one that holds a secret would be shown: neither is
+    # offered; a path typed by hand still works.
+    from glmlaunch.output import is_safe, mask_secrets
 
-    return [i for i in items if i.value and is_safe(i.value)]
+    return [i for i in items if i.value and is_safe(i.value) and mask_secrets(i.value) == i.value]
 
 
 def _help(item: CompletionItem) -> str:
-    from glmlaunch.output import escape
+    from glmlaunch.output import line_text
 
-    return " ".join(escape(str(item.help or "")).split())
+    return " ".join(line_text(str(item.help or "")).split())
 
 
 def _bash_word(value: str) -> str:

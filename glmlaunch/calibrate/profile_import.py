@@ -39,7 +39,7 @@ from glmlaunch.config.safeload import read_file
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.files import check_writable_target, comment_header, refuse_existing, write_text
-from glmlaunch.output import escape, is_safe, is_secret_name, note
+from glmlaunch.output import header_text, is_safe, is_secret_name, note
 
 _MISSING = object()
 
@@ -225,7 +225,8 @@ def _render(
         header.append("launcher environment not passed through:")
         header.extend(f"  {k}: {why}" for k, why in sorted(skipped.items()))
     doc: dict[str, Any] = {
-        "description": f"imported from {escape(log.name)} (vLLM {escape(bc.vllm_version or 'unknown')})",
+        # generated text, like the header: masked and escaped (a log may be named HF_TOKEN=…)
+        "description": header_text(f"imported from {log.name} (vLLM {bc.vllm_version or 'unknown'})"),
         "extends": base,
     }
     nested = _nest({k: v for k, v in written.items() if k != "description"})
