@@ -13,7 +13,7 @@ from pathlib import Path
 from glmlaunch.calibrate.fingerprint import make_fingerprint
 from glmlaunch.calibrate.logs import BootLog, parse_log_file
 from glmlaunch.calibrate.records import LOG_GIB_RESOLUTION, Calibration, build_calibration
-from glmlaunch.calibrate.store import SaveResult, Store
+from glmlaunch.calibrate.store import SaveResult, Store, check_record_text
 from glmlaunch.config.safeload import short
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
@@ -139,6 +139,8 @@ def ingest_logs(
             base_profile=BASE_PROFILE if settings else None,
             extra_notes=notes,
         )
+        if store is None:  # a dry run reports what a real ingest would: a record the reader refuses
+            check_record_text(record.model_dump_json(indent=2) + "\n", source=record.boot.source)
         saved = store.save(record) if store is not None else None
         out.append(Ingested(record, saved))
     return out

@@ -198,6 +198,8 @@ def test_a_record_the_reader_would_refuse_is_refused_at_ingest(
     }
     for what, body in cases.items():
         log = _log_named(tmp_path, f"{what}.log", body)
+        dry = run_cli("calibrate", "ingest", str(log), "--dry-run", env=clean_env, timeout=120)
+        assert dry.returncode == 2 and "not saved" in dry.stderr, dry.stderr  # the dry run says so too
         done = run_cli("calibrate", "ingest", str(log), env=clean_env, timeout=120)
         assert done.returncode == 2, (what, done.stderr)
         assert done.stderr.count("\n") == 1 and "not saved" in done.stderr
