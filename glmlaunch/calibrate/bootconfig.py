@@ -277,11 +277,18 @@ def parse_boot_config(text: str) -> BootConfig:
         )
     if isinstance(values.get("vllm_args"), dict):
         values["vllm_args"] = _masked_args(values["vllm_args"])
+    # A figure no real boot prints (a corrupt or hostile line): not kept, as logs.py drops such a worker
+    # line, so the record holds only what its reader accepts (config.limits.MAX_INT_DIGITS).
+    values = {k: v for k, v in values.items() if not (isinstance(v, int) and abs(v) >= _MAX_FIGURE)}
     return BootConfig(
         effective={k: (MASK if _secret(k, v) else v, src) for k, (v, src) in effective.items()},
         runtime_env={k: MASK if _secret(k, v) else v for k, v in runtime.items()},
         **values,
     )
+
+
+#: Largest magnitude of a figure kept from a log (a signed 64-bit value, as in logs.py).
+_MAX_FIGURE = 2**63
 
 
 def _secret(name: str, value: object) -> bool:

@@ -220,6 +220,10 @@ def test_a_huge_figure_on_a_worker_line_is_reported_not_a_crash(
     assert done.returncode == 0, done.stderr
     unparsed = [u for r in json.loads(done.stdout)["records"][0]["ranks"] for u in r["unparsed"]]
     assert any("out of range" in u for u in unparsed), unparsed
+    # and the record a real ingest saves is one its reader reads (item 9)
+    assert run_cli("calibrate", "ingest", str(log), env=clean_env).returncode == 0
+    listed = run_cli("calibrate", "list", "--json", env=clean_env)
+    assert len(json.loads(listed.stdout)["records"]) == 1 and "skipped" not in listed.stderr
 
 
 def test_a_lock_file_that_is_a_symlink_loop_is_one_error(tmp_path: Path, clean_env: dict[str, str]) -> None:
