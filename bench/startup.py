@@ -1,6 +1,9 @@
 """Wall time of the light commands in a fresh process, next to the bash launcher chain they replace.
 
-Usage: .venv/bin/python bench/startup.py [--runs N] [--bash-chain DIR] [--torch] [--json]
+Usage: .venv/bin/python bench/startup.py [--runs N] [--bash-chain DIR] [--before TREE] [--torch] [--json]
+
+``--before TREE`` (a checkout of an earlier commit, e.g. from ``git archive``) also runs ``env``, ``args``
+and ``plan`` from that tree (``PYTHONPATH=TREE``) in the same rounds, so a change is measured side by side.
 
 Each command runs N times as a new process (so every run pays interpreter start and imports), after one
 untimed warm-up run each. Runs are interleaved (round r runs every command once), so a load change on a
@@ -143,6 +146,9 @@ def main() -> None:
         default=os.environ.get("GLMLAUNCH_BENCH_BASH_CHAIN") or None,
         help=f"launchers/ of local-inference-lab/blackwell-llm-docker at {CHAIN_COMMIT}",
     )
+    parser.add_argument(
+        "--before", type=Path, default=None, help="an earlier tree whose env, args and plan run alongside"
+    )
     parser.add_argument("--torch", action="store_true", help='also time python -c "import torch"')
     parser.add_argument("--json", action="store_true", help="print the raw times as JSON as well")
     args = parser.parse_args()
@@ -161,6 +167,10 @@ def main() -> None:
         commands["python"] = ([sys.executable, "-c", "pass"], env)
         for name, argv in COMMANDS.items():
             commands[name] = (argv, env)
+        if args.before is not None:
+            before_env = {**env, "PYTHONPATH": str(args.before.resolve())}
+            for name in ("env", "args", "plan"):
+                commands[f"{name} (before)"] = (COMMANDS[name], before_env)
         if args.torch:
             commands["torch"] = ([sys.executable, "-c", "import torch"], env)
         times = measure(commands, args.runs)
@@ -180,6 +190,8 @@ def main() -> None:
     for name, t in times.items():
         argv = commands[name][0]
         label = labels.get(name) or "glmlaunch " + " ".join(argv[1:])
+        if name.endswith("(before)"):
+            label += f" (PYTHONPATH={args.before})"
         median = statistics.median(t)
         to_chain = f"{median / chain_median:.1f}x" if chain_median else "-"
         print(
