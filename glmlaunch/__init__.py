@@ -44,3 +44,23 @@ def no_plugin_scan() -> Iterator[None]:
             os.environ.pop(_PLUGINS_VAR, None)
         else:
             os.environ[_PLUGINS_VAR] = before
+
+
+def without_plugin_loader() -> None:
+    """For the CLI process only: pydantic's plugin loader module is a stand-in that finds no plugins.
+
+    ``no_plugin_scan`` already makes the real loader return no plugins; but merely importing it, at the
+    first validator pydantic builds, imports ``importlib.metadata``, which pulls in email, zipfile, csv,
+    calendar and socket: 10-17 ms of every start-up (bench/RESULTS.md, issue 22) for a lookup whose
+    answer is known. The stand-in gives that answer. Not done on ``import glmlaunch``: a program that
+    imports glmlaunch as a library keeps its own plugins.
+    """
+    import sys
+    import types
+
+    name = "pydantic.plugin._loader"
+    if name in sys.modules:
+        return
+    loader = types.ModuleType(name)
+    loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
+    sys.modules[name] = loader

@@ -505,6 +505,7 @@ def calibrate_search_cmd(
         ),
     ] = None,
     no_write: Annotated[bool, typer.Option("--no-write", help="search and print; write no overlay")] = False,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing overlay file")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Find the largest knob value that keeps every rank's margin; write a calibrated overlay profile."""
@@ -520,6 +521,7 @@ def calibrate_search_cmd(
         inventory_file=inventory,
         output=output,
         write=not no_write,
+        force=force,
         as_json=json_,
         command=" ".join(["glmlaunch", *sys.argv[1:]]),
     )

@@ -4,7 +4,8 @@
   Python type; an "Examples" section of real command lines printed verbatim; the whole first sentence of
   each summary in the parent's command list (:class:`Command`, :class:`Group`).
 * Shell completion: ``--show-completion`` / ``--install-completion [SHELL]`` and the candidates for
-  profile names, shells and search objectives (Typer's protocol, ``_GLMLAUNCH_COMPLETE``).
+  profile names, shells and search objectives (Typer's variables, ``_GLMLAUNCH_COMPLETE``, with scripts
+  and answers of glmlaunch's own: a candidate is data in every shell, never code; see "shell completion").
 * Running: :func:`run` turns every failure into one ``error: …`` line on stderr and the exit code README
   documents (a usage error, a ``GlmlaunchError``, Ctrl-C, a closed pipe, a bug); a traceback only with
   ``GLMLAUNCH_DEBUG=1``.
@@ -17,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -26,9 +28,9 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer._click.shell_completion import CompletionItem
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from glmlaunch import no_plugin_scan
+from glmlaunch import no_plugin_scan, without_plugin_loader
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import debug_enabled, mask_secrets, note, printable, reset_secrets, set_quiet
+from glmlaunch.output import begin_run, debug_enabled, line_text, note, set_quiet
 
 PROG = "glmlaunch"
 #: The variable the completion scripts set when they ask glmlaunch for candidates (Typer's protocol).
@@ -65,6 +67,9 @@ def _format_params(ctx: Context, formatter: HelpFormatter) -> None:
             args.append((_argument_usage(param).strip("[]"), record[1]))
         else:
             opts.append(record)
+    if ctx.parent is not None and opts:  # every command takes -q where the root does (_take_quiet)
+        at = len(opts) - 1 if opts[-1][0].startswith("-h") else len(opts)
+        opts.insert(at, (", ".join(QUIET_FLAGS), QUIET_HELP))
     for title, rows in (("Arguments", args), ("Options", opts)):
         if rows:
             with formatter.section(title):
@@ -99,10 +104,44 @@ def _parse(ctx: Context, parse: Callable[[], list[str]]) -> list[str]:
         raise _with_context(exc, ctx) from None
 
 
+QUIET_FLAGS = ("-q", "--quiet")
+QUIET_HELP = "no notes or progress on stderr; warnings and errors stay (also GLMLAUNCH_QUIET=1)"
+
+
+def _take_quiet(ctx: Context, args: list[str], *, group: bool) -> list[str]:
+    """``args`` without ``-q``/``--quiet``, which then sets quiet: ``glmlaunch plan -q`` means what
+    ``glmlaunch -q plan`` does. Never after ``--`` (vLLM's own ``-q``), never as an option's value, and
+    for a group only before its command's name."""
+    takes_value = {
+        opt
+        for param in ctx.command.get_params(ctx)
+        if not isinstance(param, TyperArgument) and not getattr(param, "is_flag", False)
+        for opt in param.opts
+    }
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or (group and not arg.startswith("-")):
+            out += args[i:]
+            break
+        if arg in QUIET_FLAGS:
+            set_quiet(True)
+        elif arg in takes_value:
+            out += args[i : i + 2]
+            i += 1
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
 class _Held(ClickCommand):
     """What commands and groups share: glmlaunch's usage errors, man-page usage lines, examples verbatim."""
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        if ctx.parent is not None:  # the root declares -q itself
+            args = _take_quiet(ctx, args, group=isinstance(self, TyperGroup))
         return _parse(ctx, partial(super().parse_args, ctx, args))
 
     def collect_usage_pieces(self, ctx: Context) -> list[str]:
@@ -241,24 +280,191 @@ def _check_completion_shell(value: str) -> str:
     return _completion_shell(value)
 
 
+# Typer's scripts hand the candidates to the shell as code: zsh's `eval $(…)` of an `_arguments` spec ran a
+# profile named `m <(touch x) .yaml` (and a trailing backslash flipped its quoting), bash word-split and
+# globbed them. These take them as data: NUL-separated, read into arrays, inserted quoted by the shell.
+_BASH_SCRIPT = """\
+_glmlaunch_completion() {
+    local -a reply=()
+    mapfile -t -d '' reply < <(env COMP_WORDS="${COMP_WORDS[*]}" COMP_CWORD="$COMP_CWORD" \\
+        _GLMLAUNCH_COMPLETE=complete_bash "$1" 2>/dev/null)
+    COMPREPLY=("${reply[@]}")
+    return 0
+}
+
+complete -o default -F _glmlaunch_completion glmlaunch
+"""
+_ZSH_SCRIPT = """\
+#compdef glmlaunch
+
+_glmlaunch_completion() {
+  local -a reply values displays
+  local i
+  reply=(${(0)"$(env _TYPER_COMPLETE_ARGS="${words[1,$CURRENT]}" _GLMLAUNCH_COMPLETE=complete_zsh \\
+    glmlaunch 2>/dev/null)"})
+  if (( ${#reply} < 2 )); then
+    _files
+    return
+  fi
+  for (( i = 1; i < ${#reply}; i += 2 )); do
+    values+=("${reply[i]}")
+    displays+=("${reply[i+1]}")
+  done
+  compadd -l -d displays -a values
+}
+
+compdef _glmlaunch_completion glmlaunch
+"""
+
+
+def completion_script(shell: str) -> str:
+    """The script ``--show-completion SHELL`` prints and ``--install-completion`` writes."""
+    if shell == "bash":
+        return _BASH_SCRIPT
+    if shell == "zsh":
+        return _ZSH_SCRIPT
+    from typer._completion_shared import get_completion_script
+
+    # fish and PowerShell read one candidate per line and insert it quoted or as one token themselves;
+    # the answers below leave out what a line cannot carry (completion_answer)
+    return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell) + "\n"
+
+
+def _offered(items: list[CompletionItem]) -> list[CompletionItem]:
+    # A name with a control character or a line break cannot be one candidate in any of the protocols
+    # (and a terminal would obey it when listed), and one that holds a secret would be shown: neither is
+    # offered; a path typed by hand still works.
+    from glmlaunch.output import is_safe, mask_secrets
+
+    return [i for i in items if i.value and is_safe(i.value) and mask_secrets(i.value) == i.value]
+
+
+def _help(item: CompletionItem) -> str:
+    from glmlaunch.output import line_text
+
+    return " ".join(line_text(str(item.help or "")).split())
+
+
+def _bash_word(value: str) -> str:
+    # bash inserts a candidate as it is: every character the shell would read specially is escaped
+    import re
+
+    return re.sub(r"([^A-Za-z0-9_@%+,./:=-])", r"\\\1", value)
+
+
+def _pwsh_word(value: str) -> str:
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9_@%+,./:=-]+", value):
+        return value
+    return "'" + "".join(q * 2 if q in "'\u2018\u2019\u201a\u201b" else q for q in value) + "'"
+
+
+def completion_answer(shell: str, items: list[CompletionItem]) -> str:
+    """What glmlaunch prints for a completion request: the candidates as data for ``shell``'s script."""
+    items = _offered(items)
+    if shell == "bash":
+        return "".join(f"{_bash_word(i.value)}\0" for i in items)
+    if shell == "zsh":
+        from glmlaunch.output import escape
+
+        width = max((len(i.value) for i in items), default=0)
+        pairs = [(i.value, f"{i.value:<{width}}  -- {_help(i)}" if i.help else i.value) for i in items]
+        return "".join(f"{value}\0{escape(display)}\0" for value, display in pairs)
+    if shell == "fish":
+        return "".join(f"{i.value}\t{_help(i)}\n" if i.help else f"{i.value}\n" for i in items)
+    return "".join(f"{_pwsh_word(i.value)}:::{_help(i) or ' '}\n" for i in items)
+
+
+def _answer_completion(app: typer.Typer) -> NoReturn:
+    """Answer the completion script's request (``_GLMLAUNCH_COMPLETE=complete_SHELL``) and exit.
+
+    Typer's classes read the words from the environment; the answer is :func:`completion_answer`'s. A
+    failure (an unreadable profile directory, a bug) answers nothing rather than print into the prompt.
+    """
+    from typer._click.shell_completion import get_completion_class
+    from typer._completion_classes import completion_init
+    from typer.main import get_command
+
+    instruction, _, shell = os.environ.get(COMPLETE_VAR, "").partition("_")
+    shell = "pwsh" if shell == "powershell" else shell
+    completion_init()
+    cls = get_completion_class(shell)
+    if instruction != "complete" or cls is None:
+        raise SystemExit(int(ExitCode.CONFIG))
+    comp = cls(get_command(app), {}, PROG, COMPLETE_VAR)
+    if shell == "fish" and os.environ.get("_TYPER_COMPLETE_FISH_ACTION") == "is-args":
+        comp.complete()  # Typer's fish class answers this one by its exit status
+        raise SystemExit(1)
+    try:
+        args, incomplete = comp.get_completion_args()
+        answer = completion_answer(shell, comp.get_completions(args, incomplete))
+    except Exception:
+        if debug_enabled():
+            raise
+        answer = ""
+    sys.stdout.write(answer)
+    sys.stdout.flush()
+    raise SystemExit(0)
+
+
 def show_completion(value: str | None) -> None:
     if value is None:
         return
-    from typer._completion_shared import get_completion_script
-
     shell = _check_completion_shell(value)
-    sys.stdout.write(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell) + "\n")
+    sys.stdout.write(completion_script(shell))
     raise typer.Exit(0)
 
 
 def install_completion(value: str | None) -> None:
     if value is None:
         return
-    from typer._completion_shared import install
+    shell = _check_completion_shell(value)
+    if shell in ("bash", "zsh", "fish"):
+        path = _install(shell)
+    else:
+        from typer._completion_shared import install
 
-    shell, path = install(shell=_check_completion_shell(value), prog_name=PROG, complete_var=COMPLETE_VAR)
+        shell, path = install(shell=shell, prog_name=PROG, complete_var=COMPLETE_VAR)
     note(f"{shell} completion installed in {path}; it takes effect in a new shell")
     raise typer.Exit(0)
+
+
+def _install(shell: str) -> Path:
+    """Write the script under $HOME and the line that loads it, once, into the shell's start-up file.
+
+    The line names the script by a path quoted for the shell that reads it (a quote in $HOME must not
+    run code at every login); the start-up file is appended to, never replaced (it may be a link).
+    """
+    from glmlaunch.files import write_text
+    from glmlaunch.output import shell_quote
+
+    home = Path.home()
+    if shell == "bash":
+        script, rc = home / ".bash_completions" / f"{PROG}.sh", home / ".bashrc"
+        line = f"source {shell_quote(str(script))}"
+    elif shell == "zsh":
+        script, rc = home / ".zfunc" / f"_{PROG}", home / ".zshrc"
+        line = "fpath+=~/.zfunc; autoload -Uz compinit; compinit"
+    else:
+        script, rc = home / ".config" / "fish" / "completions" / f"{PROG}.fish", None
+        line = ""
+    write_text(script, completion_script(shell), key="--install-completion", make_parents=True)
+    if rc is not None:
+        try:
+            before = rc.read_text(encoding="utf-8", errors="surrogateescape") if rc.is_file() else ""
+            if line not in before.splitlines():
+                with rc.open("a", encoding="utf-8", errors="surrogateescape") as handle:
+                    handle.write(("" if before.endswith("\n") or not before else "\n") + line + "\n")
+        except OSError as exc:
+            from glmlaunch.errors import ConfigError
+
+            raise ConfigError(
+                f"cannot add the completion to {rc}: {exc.strerror or exc}",
+                key="--install-completion",
+                hint=f"add this line yourself: {line}",
+            ) from None
+    return script
 
 
 def print_version(value: bool) -> None:
@@ -279,7 +485,7 @@ def _fail(exc: GlmlaunchError) -> NoReturn:
 
 
 def _error(line: str) -> None:
-    sys.stderr.write(f"error: {printable(mask_secrets(line))}\n")
+    sys.stderr.write(f"error: {line_text(line)}\n")
     sys.stderr.flush()
 
 
@@ -310,14 +516,11 @@ def _completion_flag_values(args: list[str]) -> list[str]:
 
 def run(app: typer.Typer) -> NoReturn:
     """Run ``app`` as the console script: every failure one ``error:`` line and its documented exit code."""
-    reset_secrets()  # the secrets of this run only (main may run many times in one process, as in tests)
-    set_quiet(False)
+    begin_run()  # the secrets and warnings of this run only (main may run many times in one process)
+    without_plugin_loader()
     if COMPLETE_VAR in os.environ:
-        # A completion script asks for candidates; Typer registers its bash/zsh/fish/pwsh protocol only
-        # with add_completion=True, which would also add its own --show-completion (replaced above).
-        from typer._completion_classes import completion_init
-
-        completion_init()
+        # A completion script asks for candidates (answered here, as data: see "shell completion").
+        _answer_completion(app)
     try:
         code = app(args=_completion_flag_values(sys.argv[1:]), prog_name=PROG, standalone_mode=False)
     except GlmlaunchError as exc:

@@ -14,7 +14,12 @@ file or a new path:
 * a missing parent directory, an unwritable one (``/proc/x``) or a full disk is a one-line error naming the
   option, the path and the reason, never a traceback.
 
-Only :mod:`glmlaunch.errors` is imported: every stage may use this module.
+What glmlaunch generates into a file it writes (the comment header of an imported profile or a calibrated
+overlay) is built by :func:`comment_header`: every line through :func:`glmlaunch.output.header_text`, so a
+file name, a ``--set`` value or a stored log name can add neither a line of YAML nor a secret. An existing
+file is replaced only when the caller was told to (:func:`refuse_existing`: ``--force``).
+
+Only :mod:`glmlaunch.errors` and :mod:`glmlaunch.output` are imported: every stage may use this module.
 """
 
 from __future__ import annotations
@@ -90,16 +95,15 @@ def write_text(
     key: str | None = None,
     make_parents: bool = False,
     encoding: str = "utf-8",
-    mode: int | None = None,
+    mode: int = 0o666,
 ) -> Path:
     """Write ``text`` to ``path`` atomically; only a regular file or a new path (see the module docstring).
 
     ``key`` names the option in errors (``--svg``). ``make_parents`` creates missing parent directories;
-    without it a missing directory is an error. A new file gets the usual mode (0666 less the umask); a
-    replaced file keeps its permission bits. ``mode`` (such as ``0o600`` for a file private to the user) is
-    set on the temporary file before any byte is written, so the data is never readable by others. Text that
-    cannot be encoded (lone surrogates from a file name that is not valid UTF-8) is written as the original
-    bytes.
+    without it a missing directory is an error. A new file gets ``mode`` less the umask (0666: the usual;
+    0600 for a file only its owner may read); a replaced file keeps its permission bits, never wider than
+    ``mode``. Text that cannot be encoded (lone surrogates from a file name
+    that is not valid UTF-8) is written as the original bytes.
     """
     target = check_writable_target(path, key=key)
     parent = target.parent
@@ -120,18 +124,16 @@ def write_text(
             target,
             "create the directory first",
         )
-    tmp, fd = _create_temp(parent, target, key)
+    tmp, fd = _create_temp(parent, target, key, mode)
     try:
         try:
             with os.fdopen(fd, "wb") as handle:
-                if mode is not None:
-                    os.fchmod(handle.fileno(), mode)
                 handle.write(data)
                 handle.flush()
                 try:
                     old = os.stat(target, follow_symlinks=False)
-                    if mode is None and stat.S_ISREG(old.st_mode):
-                        os.fchmod(handle.fileno(), stat.S_IMODE(old.st_mode))
+                    if stat.S_ISREG(old.st_mode):
+                        os.fchmod(handle.fileno(), stat.S_IMODE(old.st_mode) & mode)
                 except FileNotFoundError:
                     pass
                 os.fsync(handle.fileno())
@@ -148,12 +150,12 @@ def write_text(
     return target
 
 
-def _create_temp(parent: Path, target: Path, key: str | None) -> tuple[Path, int]:
+def _create_temp(parent: Path, target: Path, key: str | None, mode: int) -> tuple[Path, int]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     for _ in range(16):
         tmp = parent / f".{target.name[:200]}.{secrets.token_hex(6)}.tmp"
         try:
-            return tmp, os.open(tmp, flags, 0o666)
+            return tmp, os.open(tmp, flags, mode)
         except FileExistsError:
             continue
         except OSError as exc:
@@ -172,3 +174,29 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def comment_header(lines: list[str]) -> str:
+    """``# line`` for each line, each masked and escaped to one line (module docstring), ending in a
+    newline: the only way glmlaunch writes text of its own choosing above the data of a file."""
+    from glmlaunch.output import header_text
+
+    return "".join(f"# {header_text(line)}\n" for line in lines)
+
+
+def refuse_existing(path: str | os.PathLike[str], *, key: str, force: bool) -> None:
+    """One rule for every output file: an existing one is replaced only with ``--force``."""
+    if not force and os.path.lexists(path):
+        raise ConfigError(
+            "the output file exists", key=key, value=os.fspath(path), hint="pass --force to overwrite it"
+        )
+
+
+def xml_text(text: str) -> str:
+    """Text for a generated XML/SVG file (``plan --svg``): escaped by :func:`glmlaunch.output.escape` first
+    (XML 1.0 cannot hold most control characters, and a name must not start a line), then XML-escaped."""
+    from xml.sax.saxutils import escape as xml_escape
+
+    from glmlaunch.output import escape
+
+    return xml_escape(escape(text))

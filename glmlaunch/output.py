@@ -17,6 +17,16 @@ Structured data is masked by structure, never after quoting: :func:`mask_obj` ma
 secret-named key and the argument after a secret flag in a list before ``json.dumps``; the shell export
 lines (:mod:`glmlaunch.config.shells`) are printed with :func:`out_data`, exactly as rendered, because their
 values were vetted before quoting (a secret is withheld, never masked inside a quoted string).
+
+One escaping rule for text a terminal shows (:func:`escape`): a control character (C0, DEL, C1 such as
+U+0085), a line or paragraph separator (U+2028, U+2029), a bidirectional control and a byte that is not
+UTF-8 are written as visible escapes (``\x1b``, ``\n``, ``\u2028``), so a file name can neither move the
+cursor, recolour or retitle the terminal, nor start a line that looks like glmlaunch's own. Every stderr
+line (:func:`note`, :func:`warn`, the CLI's ``error:``) is one line through it; tables on the rich consoles
+escape every cell (line breaks inside a cell stay: rich lays them out inside the cell); :func:`out_text`
+keeps line breaks and tabs of multi-line data and escapes the rest. Files glmlaunch writes use the same
+rule for their generated comments (:func:`header_text`, :func:`glmlaunch.files.comment_header`), and
+command lines are shown with :func:`shell_quote`, which bash reads back as the same argument.
 """
 
 from __future__ import annotations
@@ -39,6 +49,80 @@ from glmlaunch.errors import is_secret_name as is_secret_name
 if TYPE_CHECKING:
     from rich.console import Console
 
+#: What a terminal must never receive raw: C0 controls, DEL, C1 controls (U+0085 NEL among them), the
+#: line and paragraph separators, bidirectional controls (they reorder what is shown) and lone surrogates (a
+#: byte that is not UTF-8, decoded with surrogateescape).
+_OTHER_UNSAFE = "\x0b-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_UNSAFE = re.compile(f"[\x00-\x0a{_OTHER_UNSAFE}]")
+#: The same, less the line breaks and tabs that multi-line data keeps (a profile shown, a table cell).
+_UNSAFE_IN_DATA = re.compile(f"[\x00-\x08{_OTHER_UNSAFE}]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    ch = match.group(0)
+    code = ord(ch)
+    if ch in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[ch]
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): the byte itself
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """``text`` as a terminal may show it: every unsafe character (module docstring) as a visible escape.
+
+    A line break becomes ``\\n``: a name or a message is one line, whatever it holds. Text without unsafe
+    characters comes back unchanged.
+    """
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def escape_data(text: str) -> str:
+    """Like :func:`escape`, but line breaks (``\\n``) and tabs stay: multi-line data (a profile, a table)."""
+    return _UNSAFE_IN_DATA.sub(_escape_char, text)
+
+
+def is_safe(text: str) -> bool:
+    """Whether :func:`escape` would leave ``text`` unchanged (a name fit to show or insert as it is)."""
+    return _UNSAFE.search(text) is None
+
+
+def header_text(text: str) -> str:
+    """Text for a generated comment in a file glmlaunch writes: secrets masked, then escaped to one line
+    (no line break of any kind survives, so nothing after ``#`` can become live YAML or shell)."""
+    return escape(mask_secrets(text))
+
+
+#: Left bare by :func:`shell_quote`: no character bash, zsh or sh expands or splits on.
+_SHELL_PLAIN = re.compile(r"[A-Za-z0-9_@%+,./:=-]+")
+
+
+def shell_quote(arg: str) -> str:
+    """``arg`` as bash (and zsh) reads it back exactly: bare when plain, else single-quoted; an argument
+    holding an unsafe character is written in ANSI-C quoting (``$'a\\nb'``), so what is shown is both
+    readable on a terminal and the argument that runs."""
+    if arg and _SHELL_PLAIN.fullmatch(arg):
+        return arg
+    if is_safe(arg):
+        return "'" + arg.replace("'", "'\\''") + "'"
+    body = arg.replace("\\", "\\\\").replace("'", "\\'")
+    return "$'" + _UNSAFE.sub(_ansi_c_char, body) + "'"
+
+
+def _ansi_c_char(match: re.Match[str]) -> str:
+    # In $'…' a \xHH is one byte: right for ASCII and for a byte that was not UTF-8, while a C1 control
+    # or a separator is a character, \uHHHH (bash and zsh encode it in the locale's UTF-8).
+    code = ord(match.group(0))
+    if code <= 0x7F or 0xDC80 <= code <= 0xDCFF:
+        return _escape_char(match)
+    return f"\\u{code:04x}"
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    return " ".join(shell_quote(a) for a in argv)
+
+
 _CONSOLES: dict[str, Console] = {}
 
 
@@ -49,6 +133,7 @@ def __getattr__(name: str) -> Console:
         raise AttributeError(name)
     if name not in _CONSOLES:
         from rich.console import Console as _RichConsole
+        from rich.segment import Segment
 
         class Console(_RichConsole):
             def on_broken_pipe(self) -> None:
@@ -57,9 +142,28 @@ def __getattr__(name: str) -> Console:
                 self.quiet = True
                 raise BrokenPipeError
 
+            def render_str(self, text: str, **kwargs: Any) -> Any:
+                # Every string cell and title: escaped before rich measures it, so columns stay aligned;
+                # never markup (a log named "[/x]" is a name, not a style tag, and never a crash).
+                kwargs["markup"] = False
+                return super().render_str(escape_data(text), **kwargs)
+
+            def render(self, renderable: Any, options: Any = None) -> Any:
+                # Text built directly (not through render_str) is escaped here, after layout: the last
+                # line of defence for whatever a renderable holds. rich's own control segments pass.
+                for segment in super().render(renderable, options):
+                    if segment.control or _UNSAFE_IN_DATA.search(segment.text) is None:
+                        yield segment
+                    else:
+                        yield Segment(escape_data(segment.text), segment.style, segment.control)
+
         if name == "err_console":
             _CONSOLES[name] = Console(
-                file=cast("IO[str]", _MaskedStream("stderr")), highlight=False, soft_wrap=True, emoji=False
+                file=cast("IO[str]", _MaskedStream("stderr")),
+                highlight=False,
+                soft_wrap=True,
+                emoji=False,
+                markup=False,
             )
         else:
             # Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
@@ -69,10 +173,57 @@ def __getattr__(name: str) -> Console:
                 # Data is printed as it is: rich would turn a value like ":x:" into an emoji (and pay for
                 # the lookup in every cell).
                 emoji=False,
+                markup=False,
                 soft_wrap=True,
                 width=None if sys.stdout.isatty() else 240,
             )
     return _CONSOLES[name]
+
+
+#: The narrowest a wrapping column may get before a table no longer counts as fitting.
+_WRAP_MIN = 12
+
+
+def fit(table: Any, *, width: int | None = None) -> Any:
+    """``table`` as it reads at the console's width, no cell ever cut with "…" (what ``plan`` and
+    ``check`` do: the ledger adapts, the messages wrap).
+
+    A column declared ``no_wrap`` holds what must stay whole (an id, a date, a size): it keeps its widest
+    cell's width and only its header may wrap; the other columns wrap, and anything longer than a line
+    folds onto the next. When the whole columns and a minimum for the others do not fit the width, the
+    table is stacked instead: one section per row, one ``column  value`` line per cell.
+    """
+    from rich.cells import cell_len
+    from rich.table import Table
+    from rich.text import Text
+
+    def plain(cell: Any) -> str:
+        return cell.plain if isinstance(cell, Text) else cell if isinstance(cell, str) else ""
+
+    def longest(text: str) -> int:
+        return max((cell_len(line) for line in text.splitlines()), default=0)
+
+    available = width if width is not None else __getattr__("out_console").width
+    needed = 3 * len(table.columns) + 1
+    for column in table.columns:
+        texts = [plain(c) for c in column.cells]
+        if column.no_wrap:  # whole: as wide as its widest cell or its header, never narrower
+            needed += max([longest(t) for t in texts] + [longest(plain(column.header))])
+        else:  # wraps at spaces, and a word longer than the column folds onto the next line
+            needed += min(max([longest(t) for t in texts] + [longest(plain(column.header))]), _WRAP_MIN)
+            column.overflow = "fold"
+    if needed <= available or len(table.columns) <= 2:
+        return table
+    stacked = Table(
+        title=table.title, caption=table.caption, show_header=False, expand=False, title_justify="left"
+    )
+    stacked.add_column("", style="bold", overflow="fold", max_width=max(_WRAP_MIN, available // 3))
+    stacked.add_column("", overflow="fold")
+    columns = [(plain(c.header) or "", list(c.cells)) for c in table.columns]
+    for row in range(table.row_count):
+        for i, (name, values) in enumerate(columns):
+            stacked.add_row(name, values[row], end_section=i == len(columns) - 1)
+    return stacked
 
 
 class _MaskedStream:
@@ -341,7 +492,8 @@ def out_data(text: str) -> None:
 
 
 def out_text(text: str) -> None:
-    sys.stdout.write(printable(mask_secrets(text)))
+    """Multi-line text data on stdout: secrets masked, unsafe characters escaped (line breaks stay)."""
+    sys.stdout.write(escape_data(mask_secrets(text)))
     if not text.endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
@@ -371,12 +523,33 @@ def note(message: str) -> None:
     """A human message on stderr (silenced by ``--quiet``)."""
     if is_quiet():
         return
-    sys.stderr.write(printable(mask_secrets(message)) + "\n")
+    sys.stderr.write(line_text(message) + "\n")
     sys.stderr.flush()
 
 
+def line_text(message: str) -> str:
+    """One stderr line: secrets masked, then everything unsafe escaped, line breaks included."""
+    return escape(mask_secrets(message))
+
+
+_warned: set[str] = set()
+
+
+def begin_run() -> None:
+    """A fresh CLI run (main() may run many times in one process, as in tests): no secrets registered,
+    not quiet, no warning said yet."""
+    reset_secrets()
+    set_quiet(False)
+    _warned.clear()
+
+
 def warn(message: str) -> None:
-    line = "warning: " + printable(mask_secrets(message))
+    """``warning: …`` on stderr, once per run: a configuration two stages (or both sides of a ``diff``)
+    resolve is warned about once."""
+    line = "warning: " + line_text(message)
+    if line in _warned:
+        return
+    _warned.add(line)
     if sys.stderr.isatty() and not os.environ.get(NO_COLOR):
         line = f"\x1b[33m{line}\x1b[0m"
     sys.stderr.write(line + "\n")
@@ -403,7 +576,7 @@ def progress(message: str, *, after: float = 1.0) -> Iterator[None]:
         return
     import threading
 
-    text = printable(mask_secrets(message))
+    text = line_text(message)
     done = threading.Event()
 
     def spin() -> None:

@@ -3,7 +3,7 @@
 # for the record, a live `glmlaunch check`, CUDA's view of total memory, and a capture with a real
 # co-tenant holding memory on the last GPU.
 #
-#   scripts/capture_inventory.sh h200x2 captures     # needs: gpu
+#   scripts/capture_inventory.sh h200x2 ~/captures   # needs: gpu
 #
 # Arguments: NAME OUTDIR. Writes OUTDIR/NAME.json, OUTDIR/NAME-cotenant.json,
 # OUTDIR/NAME-nvidia-smi-q.txt, OUTDIR/NAME-topo.txt and OUTDIR/NAME-run.log. Needs python3 with

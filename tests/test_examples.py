@@ -384,6 +384,31 @@ def gpu_visible(tmp_path_factory: pytest.TempPathFactory) -> bool:
     return done.returncode == 0
 
 
+def _ignored(name: str) -> bool:
+    """Whether git ignores ``name`` by a .gitignore pattern (caches such as .hypothesis/ are not copied)."""
+    import fnmatch
+
+    patterns = [
+        line.strip().rstrip("/")
+        for line in (REPO / ".gitignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    return any(fnmatch.fnmatch(part, pat) for part in Path(name).parts for pat in patterns)
+
+
+def _files_under(root: Path) -> set[str]:
+    """Every path under ``root`` (not following the .venv link), relative: what an example may not add."""
+    out: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        names = [*dirnames, *filenames]
+        if rel == Path("."):
+            dirnames[:] = [d for d in dirnames if d != ".venv"]
+            names = [n for n in names if n != ".venv"]
+        out.update(str(rel / name) for name in names)
+    return out
+
+
 def run_block(commands: list[Command], cwd: Path, env: dict[str, str]) -> tuple[dict[int, list[int]], str]:
     """Runs the commands as one bash script; returns each command's statuses (failures inside it, then
     its own status last) and the combined output."""
@@ -431,8 +456,14 @@ def test_example(block: Block, repo_files: Path, gpu_visible: bool, tmp_path: Pa
     shutil.copytree(repo_files, cwd, symlinks=True)
     (cwd / ".venv").unlink(missing_ok=True)
     (cwd / ".venv").symlink_to(VENV, target_is_directory=True)
+    before = _files_under(cwd)
     statuses, output = run_block(commands, cwd, env)
     problems = []
+    # An example writes under a temporary directory, never into the checkout: a file it left there is
+    # copied into every later test run (the README's test command) and can change what examples do.
+    left = sorted(name for name in _files_under(cwd) - before if not _ignored(name))
+    if left:
+        problems.append(f"wrote into the checkout (write under $(mktemp -d) instead): {', '.join(left)}")
     for i, command in enumerate(commands):
         codes = statuses[i]
         if not codes:

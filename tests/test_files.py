@@ -80,3 +80,26 @@ def test_mode_makes_a_private_file_new_or_replaced(tmp_path: Path) -> None:
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     fresh = write_text(tmp_path / "new.json", "x", mode=0o600)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+def test_comment_header_is_comments_only_whatever_a_line_holds() -> None:
+    import yaml
+
+    from glmlaunch.files import comment_header
+
+    lines = ["log: a\nb: injected", "x\u2028y: 1", "z\x85w", "HF_TOKEN=hf_headerSECRET99"]
+    text = comment_header(lines) + "key: 1\n"
+    assert yaml.safe_load(text) == {"key": 1}
+    assert all(line.startswith("# ") for line in text.splitlines()[:-1])
+    assert "hf_headerSECRET99" not in text
+
+
+def test_refuse_existing_is_one_rule(tmp_path: Path) -> None:
+    from glmlaunch.files import refuse_existing
+
+    target = tmp_path / "out.yaml"
+    refuse_existing(target, key="--output", force=False)  # a new path is fine
+    target.write_text("x")
+    with pytest.raises(ConfigError, match="exists"):
+        refuse_existing(target, key="--output", force=False)
+    refuse_existing(target, key="--output", force=True)

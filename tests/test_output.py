@@ -205,3 +205,66 @@ def test_imported_boot_profile_is_not_masked_by_its_token_threshold(
     assert "****" not in plan.stdout
     env = run_cli("env", "-p", str(out), "--shell", "bash", env=clean_env)
     assert "VLLM_EXL3_PREFILL_CAPACITY" in env.stdout and "not printed" not in env.stderr
+
+
+# --- issue 22: one escaping rule for what a terminal shows and what a generated header holds -------------
+
+UNSAFE = ["\x1b[31m", "\x07", "\x00", "\n", "\r", "\t", "\x7f", "\x85", "\x9b", "\u2028", "\u2029", "\u202e"]
+
+
+@pytest.mark.parametrize("ch", UNSAFE)
+def test_escape_leaves_no_unsafe_character(ch: str) -> None:
+    from glmlaunch.output import escape, is_safe
+
+    shown = escape(f"a{ch}b")
+    assert is_safe(shown) and shown.startswith("a\\") and shown.endswith("b")
+    assert shown.splitlines() == [shown]  # one line, whatever str.splitlines counts as a break
+
+
+def test_escape_keeps_plain_text_and_shows_a_non_utf8_byte() -> None:
+    from glmlaunch.output import escape, escape_data
+
+    assert escape("turnkey é ✓ [bold]x[/]") == "turnkey é ✓ [bold]x[/]"
+    assert escape(b"bad\xff".decode("utf-8", "surrogateescape")) == "bad\\xff"
+    assert escape_data("a\n\tb\x1b") == "a\n\tb\\x1b"
+
+
+def test_header_text_masks_then_escapes() -> None:
+    from glmlaunch.output import header_text
+
+    line = header_text("glmlaunch --set env.OPENAI_API_KEY=sk-abcdef\nvllm_args: [x]\u2028y")
+    assert "sk-abcdef" not in line and "OPENAI_API_KEY=****" in line
+    assert "\n" not in line and "\u2028" not in line
+
+
+@pytest.mark.parametrize(
+    "arg", ["plain", "", "a b", "it's", "$(touch x)", "a\nb", "\x1b[31m", "x\u2028y", "n\x85", "\\'\\", "é"]
+)
+def test_shell_quote_reads_back_as_the_same_argument_in_bash(arg: str, tmp_path: Path) -> None:
+    import subprocess
+
+    from glmlaunch.output import is_safe, shell_quote
+
+    quoted = shell_quote(arg)
+    assert is_safe(quoted)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        ["bash", "-c", f"printf '%s' {quoted} > out"],
+        cwd=work,
+        env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert done.returncode == 0
+    assert (work / "out").read_bytes() == arg.encode()
+    assert list(work.iterdir()) == [work / "out"]
+
+
+def test_table_cells_are_escaped_and_never_markup(clean_env: dict[str, str], tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "mine.yaml").write_text('extends: gate\ndescription: "[/x] \\e]0;title\\a done"\n')
+    env = dict(clean_env, GLMLAUNCH_PROFILE_PATH=str(profiles))
+    res = run_cli("profiles", "list", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "[/x] \\x1b]0;title\\x07 done" in res.stdout and "\x1b" not in res.stdout

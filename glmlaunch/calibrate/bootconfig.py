@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from glmlaunch.config.limits import MAX_INT_DIGITS, MAX_NESTING_DEPTH
 from glmlaunch.config.releases import release_of, stack_of_release
 from glmlaunch.config.units import GIB, KIB, MIB
+from glmlaunch.errors import MASK, is_secret_name
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
 _UNITS = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB}
@@ -108,15 +109,18 @@ def _skip_string(text: str, i: int) -> int:
     if text.startswith(quote * 3, i):
         end = text.find(quote * 3, i + 3)
         return len(text) if end < 0 else end + 3
+    # The next quote or backslash by str.find, not character by character: a 50 MB argument in a
+    # hostile log is then a few scans, not tens of millions of Python steps.
     j = i + 1
-    while j < len(text):
-        if text[j] == "\\":
-            j += 2
+    n = len(text)
+    while j < n:
+        q = text.find(quote, j)
+        b = text.find("\\", j, q if q >= 0 else n)
+        if b >= 0:
+            j = b + 2
             continue
-        if text[j] == quote:
-            return j + 1
-        j += 1
-    return len(text)
+        return n if q < 0 else q + 1
+    return n
 
 
 def _enum_end(text: str, i: int) -> int:
@@ -272,7 +276,34 @@ def parse_boot_config(text: str) -> BootConfig:
         values.update(
             gpu_model=gpus[0][0], gpu_memory_mib=gpus[0][1], gpu_driver=gpus[0][2], gpu_count=len(gpus)
         )
-    return BootConfig(effective=effective, runtime_env=runtime, **values)
+    if isinstance(values.get("vllm_args"), dict):
+        values["vllm_args"] = _masked_args(values["vllm_args"])
+    # A figure no real boot prints (a corrupt or hostile line): not kept, as logs.py drops such a worker
+    # line, so the record holds only what its reader accepts (config.limits.MAX_INT_DIGITS).
+    values = {k: v for k, v in values.items() if not (isinstance(v, int) and abs(v) >= _MAX_FIGURE)}
+    return BootConfig(
+        effective={k: (MASK if _secret(k, v) else v, src) for k, (v, src) in effective.items()},
+        runtime_env={k: MASK if _secret(k, v) else v for k, v in runtime.items()},
+        **values,
+    )
+
+
+#: Largest magnitude of a figure kept from a log (a signed 64-bit value, as in logs.py).
+_MAX_FIGURE = 2**63
+
+
+def _secret(name: str, value: object) -> bool:
+    """A credential the log printed (HF_TOKEN=hf_…, 'api_key': 'sk-…'): a calibration record and an
+    imported profile keep ``****`` instead. A number under a secret-looking name is a count, and stays."""
+    if not isinstance(value, str) or not is_secret_name(name):
+        return False
+    return re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()) is None
+
+
+def _masked_args(args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: MASK if _secret(k, v) else _masked_args(v) if isinstance(v, dict) else v for k, v in args.items()
+    }
 
 
 def _scan_line(line: str, values: dict[str, Any], runtime: dict[str, str]) -> None:

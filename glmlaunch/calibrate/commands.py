@@ -12,9 +12,10 @@ from glmlaunch.calibrate.render import list_table, record_document, record_repor
 from glmlaunch.calibrate.search import SearchResult, changes
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.units import format_size, parse_size
+from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError, MarginError
-from glmlaunch.output import note, out_console, out_json, warn
+from glmlaunch.files import check_writable_target, refuse_existing
+from glmlaunch.output import fit, note, out_console, out_json, out_text, warn
 
 #: The version of every ``calibrate … --json`` document (docs/schemas/calibrate-*.schema.json).
 SCHEMA_VERSION = 1
@@ -63,7 +64,7 @@ def run_ingest(
         residuals = _residuals(rec)
         docs.append(record_document(rec, residuals=residuals))
         if not as_json:
-            out_console.print(terms_table(rec))
+            out_console.print(fit(terms_table(rec)))
             _print_residuals(residuals)
     if as_json:
         out_json({"schema_version": SCHEMA_VERSION, "records": docs})
@@ -77,7 +78,7 @@ def _print_residuals(residuals: Any) -> None:
     if table is None:
         note(residuals.get("unavailable", "no residuals") if isinstance(residuals, dict) else "no residuals")
     else:
-        out_console.print(table)
+        out_console.print(fit(table))
 
 
 def run_list(*, as_json: bool) -> list[Calibration]:
@@ -95,7 +96,7 @@ def run_list(*, as_json: bool) -> list[Calibration]:
             }
         )
     elif records:
-        out_console.print(list_table(records))
+        out_console.print(fit(list_table(records)))
     else:
         note(f"no calibration records in {store.root}")
     return records
@@ -130,9 +131,9 @@ def run_show(
         if as_json:
             out_json(_show_document(None, doc, use.message))
         else:
-            out_console.print(model_table(doc))
-            for line in doc["explain"].values():
-                note(line)
+            out_console.print(fit(model_table(doc)))
+            # where each term came from is the answer to `show`, not narration: stdout, also under -q
+            out_text("\n".join(doc["explain"].values()))
         return None
     record = store.get(record_id)
     residuals = _residuals(record)
@@ -141,7 +142,7 @@ def run_show(
     else:
         for line in record_report(record):
             note(line)
-        out_console.print(terms_table(record))
+        out_console.print(fit(terms_table(record)))
         _print_residuals(residuals)
     return record
 
@@ -164,6 +165,7 @@ def run_search(
     write: bool,
     as_json: bool,
     command: str,
+    force: bool = False,
 ) -> SearchResult:
     """Resolve, find the calibration, search, write the overlay, render; MarginError when nothing fits."""
     from glmlaunch.calibrate.render import search_tables
@@ -175,8 +177,18 @@ def run_search(
     )
     from glmlaunch.config.commands import resolve
 
+    # The options are read before any work: a bad --min-margin fails first, with nothing said before it.
+    margin = _size_option("--min-margin", min_margin)
+    top = _upper_option(objective, upper)
     resolved = resolve(profile, overrides)
     config = resolved.config
+    path: Path | None = None
+    if write:
+        # One rule for every output file (profiles import too): an existing one only with --force,
+        # refused before the search runs.
+        path = output or Path(f"{resolved.profile_name}-{objective}.yaml")
+        check_writable_target(path, key="--output")
+        refuse_existing(path, key="--output", force=force)
     inventory = None
     total: int | None = None
     used = 0
@@ -220,24 +232,24 @@ def run_search(
         calibration_message=message,
         total_bytes=total,
         used_by_others=used,
-        min_margin=_size_option("--min-margin", min_margin),
+        min_margin=margin,
         step=step,
-        upper=_upper_option(objective, upper),
+        upper=top,
     )
     for line in result.notes:
         note(line)
-    path: Path | None = None
-    if result.best is not None and write:
+    if result.best is not None and path is not None:
         chain = resolved.profile_chain
         extends = chain[-1].name if chain and chain[-1].builtin else str(chain[-1].path.resolve())
-        path = output or Path(f"{resolved.profile_name}-{result.objective}.yaml")
         write_overlay(path, overlay_yaml(result, extends=extends, command=command))
         note(f"wrote the calibrated overlay profile {path} (extends {extends}); use it with -p {path}")
+    elif path is not None:
+        path = None  # nothing fits: nothing was written
     if as_json:
         out_json(result_document(result, overlay=path))
     else:
         for table in search_tables(result):
-            out_console.print(table)
+            out_console.print(fit(table))
     if result.best is not None:
         if not changes(result):
             note(
@@ -249,7 +261,10 @@ def run_search(
             if result.objective == "max-kv-bytes"
             else result.best.recommended_kv_cache_memory_bytes
         )
-        note(f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)")
+        if not as_json:  # data: on stdout, as in the JSON (kv_cache_memory_bytes)
+            out_text(
+                f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)"
+            )
     else:
         first, last = (result.knob.show(v) for v in (result.range_start, result.range_end))
         raise MarginError(
@@ -269,10 +284,8 @@ def _no_fit_hint(result: SearchResult) -> str:
 def _size_option(name: str, value: str | None) -> int | None:
     if value is None:
         return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(str(exc), key=name, value=value) from None
+    # `--min-margin 1` meant 1 GiB, never 1 byte: the same rule as plan's --gpu-memory
+    return parse_size_option(value, key=name, what="a size")
 
 
 def _upper_option(objective: str, value: str | None) -> int | float | None:

@@ -22,7 +22,6 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -85,6 +84,17 @@ def memory_settings(config: DeploymentConfig) -> dict[str, JsonLeaf]:
 
 
 def _version(name: str) -> str | None:
+    # importlib.metadata (email, zipfile, csv, socket: ~8 ms) only where the package can be imported at
+    # all: on a planning machine without vLLM, `plan` answers "unknown" without loading it.
+    from importlib.util import find_spec
+
+    try:
+        if find_spec(name) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    from importlib import metadata
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -19,7 +19,7 @@ from glmlaunch.calibrate.records import (
     SupervisedBoot,
     build_calibration,
 )
-from glmlaunch.calibrate.store import SaveResult, Store
+from glmlaunch.calibrate.store import SaveResult, Store, check_record_text
 from glmlaunch.config.safeload import short
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
@@ -84,6 +84,8 @@ def ingest_logs(
         record = _record_from_log(
             path, config=config, profile=profile, inventory=inventory, versions=versions
         )
+        if store is None:  # a dry run reports what a real ingest would: a record the reader refuses
+            check_record_text(record.model_dump_json(indent=2) + "\n", source=record.boot.source)
         saved = store.save(record) if store is not None else None
         out.append(Ingested(record, saved))
     return out

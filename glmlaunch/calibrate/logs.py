@@ -609,9 +609,16 @@ def _in_range(updates: dict[str, object]) -> bool:
             stack.extend(dict(value).values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
-        elif _is_number(value) and (not math.isfinite(value) or abs(value) >= _MAX_LOG_NUMBER):
+        elif _is_number(value) and not _fits(value):
             return False
     return True
+
+
+def _fits(value: int | float) -> bool:
+    # An int is compared as an int: math.isfinite(10**400) itself raises OverflowError.
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return abs(value) < _MAX_LOG_NUMBER
 
 
 def _small_int(text: str) -> int | None:
@@ -835,13 +842,42 @@ def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
 
 
 def parse_log_file(path: str | Path) -> BootLog:
-    """Read a log (any encoding; undecodable bytes are kept as escapes) and parse it.
+    """Read a log (any encoding; undecodable bytes are kept as visible ``\\xNN`` escapes) and parse it.
 
-    Only a regular file of at most ``MAX_BOOT_LOG_BYTES`` is read; anything else is a ConfigError.
+    Only a regular file of at most ``MAX_BOOT_LOG_BYTES`` is read; anything else is a ConfigError. The
+    record names the file by its escaped name (:func:`glmlaunch.output.escape`): every later ``list``,
+    ``show`` and ``plan`` prints what is stored, and a name is shown, never obeyed by the terminal.
     """
+    from glmlaunch.output import escape
+
     p = Path(path)
     raw = read_file(p, limit=MAX_BOOT_LOG_BYTES, key="LOG", what="boot log")
-    text = raw.decode("utf-8", "surrogateescape")
-    log = parse_log_text(text, source=str(p))
+    # A record is JSON, which holds Unicode only: a byte that is not UTF-8 is kept as its escape.
+    text = raw.decode("utf-8", "backslashreplace")
+    log = parse_log_text(text, source=escape(str(p)))
     # Hash the bytes on disk, not the re-encoded text, so a record names exactly the file it came from.
-    return log.model_copy(update={"sha256": hashlib.sha256(raw).hexdigest(), "size_bytes": len(raw)})
+    log = log.model_copy(update={"sha256": hashlib.sha256(raw).hexdigest(), "size_bytes": len(raw)})
+    return redact(log)
+
+
+def redact(log: BootLog) -> BootLog:
+    """The log with every credential it printed masked, as a record may keep it.
+
+    The boot configuration is masked by structure as it is parsed (``HF_TOKEN=…`` runtime lines, a
+    ``'api_key': …`` argument); the free text kept from the log (unparsed lines, a failure, a refusal's
+    message) passes through :func:`glmlaunch.output.mask_secrets` here.
+    """
+    from glmlaunch.output import mask_secrets
+
+    def walk(node: object) -> object:
+        if isinstance(node, str):
+            return mask_secrets(node)
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    doc = log.model_dump(mode="json")
+    masked = walk(doc)
+    return log if masked == doc else BootLog.model_validate(masked)

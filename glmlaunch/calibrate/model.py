@@ -388,13 +388,18 @@ class TermModel:
     def coefficients(self) -> dict[str, dict[str, float]]:
         return {t: dict(f.coefficients) for t, f in self.fits.items()}
 
+    def n_build(self, version: str | None) -> tuple[str, int, tuple[str, ...]] | None:
+        """N's residual of the vLLM build ``version`` (its records' mean), when records of it exist: what
+        :meth:`predict` uses for N, and so what every account of N must show."""
+        return next((b for b in self.n_by_version if version is not None and b[0] == version), None)
+
     def predict(self, cfg: DeploymentConfig, version: str | None = None) -> Prediction:
         items = itemized(cfg)
         terms: dict[str, int] = {}
         residuals: dict[str, int] = {}
         explain: dict[str, str] = {}
         offset, own = self.release_offset(cfg)
-        n_build = next((b for b in self.n_by_version if version is not None and b[0] == version), None)
+        n_build = self.n_build(version)
         for term, fit in self.fits.items():
             r = fit.residual_bytes(cfg)
             if term == "n" and n_build is not None:

@@ -38,8 +38,8 @@ from glmlaunch.config.resolve import Resolved, resolve_config
 from glmlaunch.config.safeload import read_file
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
-from glmlaunch.files import check_writable_target, write_text
-from glmlaunch.output import is_secret_name, note
+from glmlaunch.files import check_writable_target, comment_header, refuse_existing, write_text
+from glmlaunch.output import header_text, is_safe, is_secret_name, note
 
 _MISSING = object()
 
@@ -164,6 +164,10 @@ def build_profile(
             )
         elif is_secret_name(name) and not re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()):
             skipped[name] = "looks like a secret: set it in the environment instead"
+        elif not is_safe(value) or not is_safe(name):
+            # A profile value is text; a control character, a line break or a byte that is not UTF-8 in
+            # a log's environment line is corruption or an attack, never a setting to copy.
+            skipped[name] = "holds a control character or a byte that is not UTF-8: set it yourself"
         else:
             passthrough[name] = value
 
@@ -209,22 +213,23 @@ def _render(
     distances: Mapping[str, int],
 ) -> str:
     header = [
-        "# Imported by `glmlaunch profiles import` from a vLLM boot log.",
-        f"# log: {log.name}",
-        f"# sha256: {sha256}",
-        f"# vLLM version: {bc.vllm_version or 'unknown'}",
-        f"# base: {base} ("
+        "Imported by `glmlaunch profiles import` from a vLLM boot log.",
+        f"log: {log.name}",
+        f"sha256: {sha256}",
+        f"vLLM version: {bc.vllm_version or 'unknown'}",
+        f"base: {base} ("
         + ", ".join(f"{name}: {n} setting{'s' if n != 1 else ''} differ" for name, n in distances.items())
         + ")",
     ]
     if held_back:
-        header.append("# not written (this glmlaunch has no such setting yet):")
-        header.extend(f"#   {k}: {v!r}" for k, v in sorted(held_back.items()))
+        header.append("not written (this glmlaunch has no such setting yet):")
+        header.extend(f"  {k}: {v!r}" for k, v in sorted(held_back.items()))
     if skipped:
-        header.append("# launcher environment not passed through:")
-        header.extend(f"#   {k}: {why}" for k, why in sorted(skipped.items()))
+        header.append("launcher environment not passed through:")
+        header.extend(f"  {k}: {why}" for k, why in sorted(skipped.items()))
     doc: dict[str, Any] = {
-        "description": f"imported from {log.name} (vLLM {bc.vllm_version or 'unknown'})",
+        # generated text, like the header: masked and escaped (a log may be named HF_TOKEN=…)
+        "description": header_text(f"imported from {log.name} (vLLM {bc.vllm_version or 'unknown'})"),
         "extends": base,
     }
     nested = _nest({k: v for k, v in written.items() if k != "description"})
@@ -232,7 +237,7 @@ def _render(
     if env:
         doc["env"] = dict(sorted(env.items()))
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
-    return "\n".join(header) + "\n" + body
+    return comment_header(header) + body
 
 
 def _verify(text: str, log: Path, settings: Mapping[str, object], env: Mapping[str, str]) -> None:
@@ -257,10 +262,7 @@ def run_import(log: Path, *, output: Path | None, base: str | None, force: bool)
     """Print the profile on stdout, or write it to ``output`` (an existing file only with ``force``)."""
     if output is not None:
         check_writable_target(output, key="--output")
-    if output is not None and os.path.lexists(output) and not force:
-        raise ConfigError(
-            "the output file exists", key="--output", value=str(output), hint="pass --force to overwrite it"
-        )
+        refuse_existing(output, key="--output", force=force)
     imported = build_profile(log, base=base)
     for name, why in imported.skipped_env.items():
         note(f"not passed through: {name} ({why})")

@@ -147,17 +147,11 @@ def record_document(record: Calibration, *, residuals: Any = None) -> dict[str, 
 
 def list_table(records: list[Calibration]) -> Table:
     table = Table(title="calibration records (newest first)", expand=False)
-    # Ids and dates are what a reader copies and sorts by: never cut. The long texts (why a record is not
-    # usable, the log's path) wrap, and take what width is left.
-    for col in ("id", "created", "profile", "usable", "ranks", "W", "boot", "log"):
-        wraps = col in ("usable", "log", "boot")
-        table.add_column(
-            col,
-            no_wrap=not wraps,
-            overflow="fold" if wraps else "ellipsis",
-            min_width=len(col) if not wraps else (8 if col == "boot" else 10),
-            ratio=None if not wraps else {"usable": 3, "log": 2}.get(col, 1),
-        )
+    # Ids and dates are what a reader copies and sorts by: whole at any width (output.fit stacks the table
+    # where they do not fit in one row). The long texts (why a record is not usable, the log) wrap; a
+    # supervised boot is said after its log, not in a column of its own, so the table reads at 120 columns.
+    for col in ("id", "created", "profile", "usable", "ranks", "W", "log"):
+        table.add_column(col, no_wrap=col not in ("usable", "log"))
     for r in records:
         worst = r.worst() if r.ranks else None
         table.add_row(
@@ -167,8 +161,9 @@ def list_table(records: list[Calibration]) -> Table:
             "yes" if r.usable else f"no: {r.unusable_reason()}",
             str(len(r.ranks)),
             _sz(worst.weights_bytes if worst else None),
-            supervised_text(r),
-            r.boot.source,
+            r.boot.source
+            if r.supervised is None
+            else f"{r.boot.source} (serve --supervise boot {supervised_text(r)})",
         )
     return table
 
@@ -221,7 +216,7 @@ def search_tables(result: SearchResult) -> list[Table]:
     proof = Table(title=title, expand=False)
     findings_col = "blocked by; cautions"
     for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", findings_col):
-        proof.add_column(col, no_wrap=col != findings_col)
+        proof.add_column(col, no_wrap=col != findings_col)  # figures whole (output.fit), findings wrap
     for label, ev in rows:
         if ev is None:
             continue
@@ -295,6 +290,17 @@ def model_document(model: TermModel, config: DeploymentConfig, *, version: str |
             "unidentified": list(fit.unidentified),
             "predicted_bytes": pred.terms.get(term),
         }
+    build = model.n_build(version)
+    if build is not None and "n" in terms:
+        # The plan's N is the residual of this vLLM build (its records' mean), not the fit over every build:
+        # the table, the JSON and the explanation say the same records and figure.
+        terms["n"].update(
+            features={},
+            coefficients_bytes={f"vLLM build {build[0]}": build[1]},
+            records=list(build[2]),
+            residuals_bytes={},
+            unidentified=[],
+        )
     terms["w"] = {"meaning": TERM_DOC["w"], "predicted_bytes": pred.terms.get("w"), "origin": pred.w_origin}
     return {
         "origin": model.origin,
@@ -310,7 +316,7 @@ def model_document(model: TermModel, config: DeploymentConfig, *, version: str |
 def model_table(doc: dict[str, Any]) -> Table:
     table = Table(title=f"term model ({doc['origin']}): {doc['description']}", expand=False)
     for col in ("term", "predicted", "coefficients", "records", "max |residual|", "kept from the prior"):
-        table.add_column(col, no_wrap=col in ("term", "predicted"))
+        table.add_column(col, no_wrap=col in ("term", "predicted", "records", "max |residual|"))
     for term, t in doc["terms"].items():
         coef = t.get("coefficients_bytes", {})
         res = t.get("residuals_bytes", {})

@@ -709,21 +709,21 @@ def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
     best = result.best
     diff = changes(result)
     header = [
-        f"# Calibrated overlay written by: {command}",
-        f"# {result.calibration_message}",
-        f"# objective {result.objective}: {result.knob.key} = {result.knob.show(best.value)}, "
+        f"Calibrated overlay written by: {command}",
+        result.calibration_message,
+        f"objective {result.objective}: {result.knob.key} = {result.knob.show(best.value)}, "
         f"smallest rank margin {format_size(best.min_margin)} >= {format_size(best.required_margin)}",
     ]
     if result.next_up is not None:
         up = result.knob.show(result.next_up.value)
         side = "down" if result.objective in LOWEST else "up"
         why = "; ".join(result.next_up.reasons) or "vLLM refuses it"
-        header.append(f"# next step {side} ({up}) fails: {why}")
+        header.append(f"next step {side} ({up}) fails: {why}")
     else:
-        header.append(f"# {result.knob.show(best.value)} is the end of the searched range")
+        header.append(f"{result.knob.show(best.value)} is the end of the searched range")
     if result.knob.objective != "max-kv-bytes":
         header.append(
-            f"# to pin the KV cache instead of sizing it by GMU (keeps exactly the required margin): "
+            f"to pin the KV cache instead of sizing it by GMU (keeps exactly the required margin): "
             f"memory.kv_cache_memory_bytes: {best.recommended_kv_cache_memory_bytes}"
         )
     body: dict[str, Any] = {
@@ -734,7 +734,9 @@ def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
         "extends": extends,
         **_nest({k: v for k, (_, v) in diff.items()}),
     }
-    return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
+    from glmlaunch.files import comment_header
+
+    return comment_header(header) + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
 
 
 def write_overlay(path: Path, text: str) -> None:

@@ -4,6 +4,11 @@ Layout: ``<cache>/calibration/<record_id>.json``, one JSON document per ingested
 ``$GLMLAUNCH_CACHE_DIR`` or the platform's user cache directory (platformdirs) for ``glmlaunch``.
 
 * Writes are atomic: a temporary file in the same directory, flushed and fsynced, then ``os.replace``.
+  Records are the owner's alone (files 0600, a directory glmlaunch creates 0700): a boot log is private
+  data, and whatever credential it printed is masked before it is stored (``logs.redact``).
+* A record is written only if :func:`read_record` would read it back: a boot whose record breaks a limit of
+  :mod:`glmlaunch.config.limits` (a 50 MB argument, tens of thousands of environment lines) is refused at
+  ``ingest`` with the limit named, never saved to be skipped by every later command.
 * Writers hold ``<cache>/calibration/.lock`` (filelock) for the whole check-then-write, so concurrent ingests
   of the same boot leave one record and concurrent ingests of different boots lose none. Readers take no
   lock: a reader sees either the old file or the new one, never a half-written one.
@@ -72,7 +77,7 @@ class Loaded:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    write_text(path, text, key=GLMLAUNCH_CACHE_DIR)
+    write_text(path, text, key=GLMLAUNCH_CACHE_DIR, mode=0o600)
 
 
 class Store:
@@ -91,7 +96,7 @@ class Store:
 
     def _ensure(self) -> None:
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(
                 f"cannot create the calibration directory: {exc.strerror or exc}",
@@ -104,14 +109,30 @@ class Store:
         return self.root / f"{record_id}.json"
 
     def save(self, record: Calibration) -> SaveResult:
-        self._ensure()
         path = self.path_for(record.record_id)
         text = record.model_dump_json(indent=2) + "\n"
-        from filelock import FileLock  # only writers lock: `plan` reads the store and need not import it
+        check_record_text(text, source=record.boot.source)
+        self._ensure()
+        from filelock import FileLock, Timeout  # only writers lock: `plan` only reads the store
 
-        with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
-            replaced = path.exists()
-            _atomic_write(path, text)
+        try:
+            with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
+                replaced = path.exists()
+                _atomic_write(path, text)
+        except Timeout:
+            raise ConfigError(
+                f"another glmlaunch has held the calibration lock for {LOCK_TIMEOUT_S:.0f} s",
+                key=GLMLAUNCH_CACHE_DIR,
+                value=str(self.lock_path),
+                hint="wait for it, or remove the lock file if no glmlaunch is running",
+            ) from None
+        except OSError as exc:  # the lock file: a symlink loop (ELOOP), a directory, no permission
+            raise ConfigError(
+                f"cannot take the calibration lock: {exc.strerror or exc}",
+                key=GLMLAUNCH_CACHE_DIR,
+                value=str(self.lock_path),
+                hint="remove what is at that path (glmlaunch creates its lock file itself)",
+            ) from None
         return SaveResult(path=path, replaced=replaced)
 
     def load(self) -> Loaded:
@@ -148,6 +169,28 @@ class Store:
         if not hits:
             raise ConfigError("no calibration record with this id", key="record", value=ref, allowed=allowed)
         raise ConfigError("the id prefix matches several records", key="record", value=ref, allowed=allowed)
+
+
+def check_record_text(text: str, *, source: str) -> None:
+    """Refuse a record the reader would skip: the limits :func:`read_record` holds it to, named."""
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_RECORD_BYTES:
+        raise ConfigError(
+            f"the calibration record of this log would be {size:,} bytes; records are read up to "
+            f"{MAX_RECORD_BYTES:,} bytes (config.limits.MAX_RECORD_BYTES), so it is not saved",
+            key="LOG",
+            value=source,
+            hint="ingest the server log of one boot as vLLM wrote it",
+        )
+    try:
+        load_json(text, key="LOG", value=source, what="calibration record of this log")
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc.message}, so it is not saved (records are read within config.limits)",
+            key="LOG",
+            value=source,
+            hint="ingest the server log of one boot as vLLM wrote it",
+        ) from None
 
 
 def read_record(path: Path) -> tuple[Calibration | None, str | None]:

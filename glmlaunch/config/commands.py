@@ -148,7 +148,16 @@ def show_args(profile: str | None, overrides: Sequence[str], *, as_json: bool) -
     if as_json:
         out_json(args_document(resolved), mask=False)
     else:
-        out_data("\n".join(full_argv(resolved.config)))
+        out_data("\n".join(argv_line(a) for a in full_argv(resolved.config)))
+
+
+def argv_line(arg: str) -> str:
+    """One argument as ``args`` prints it, one per line: as it is, unless a line break or another control
+    character would make the lines ambiguous; then in bash's ``$'…'`` quoting (and so is an argument that
+    itself starts with ``$'``). ``args --json`` gives every argument exactly."""
+    from glmlaunch.output import is_safe, shell_quote
+
+    return arg if is_safe(arg) and not arg.startswith("$'") else shell_quote(arg)
 
 
 def list_profiles(*, as_json: bool) -> None:
@@ -170,7 +179,7 @@ def list_profiles(*, as_json: bool) -> None:
 
     table = Table(show_lines=False)
     for column in ("name", "extends", "description", "location"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in ("name", "extends"))
     for row in rows:
         table.add_row(
             str(row["name"]),
@@ -178,7 +187,7 @@ def list_profiles(*, as_json: bool) -> None:
             str(row["description"]),
             "built-in" if row["builtin"] else str(row["path"]),
         )
-    output.out_console.print(table)
+    output.out_console.print(output.fit(table))
 
 
 def show_profile(name: str) -> None:

@@ -58,6 +58,27 @@ MANAGED_FLAGS: dict[str, str] = {
 }
 
 
+def standalone_values(config: DeploymentConfig) -> list[tuple[str, str]]:
+    """(setting, value) for every setting ``vllm serve`` receives as an argument of its own: the model
+    (a positional) and each flag's separate value. One that starts with ``-`` would be read as an option
+    (``model.path=--chat-template=/etc/passwd``): validation refuses it."""
+    m, srv = config.model, config.server
+    pairs: list[tuple[str, str | None]] = [
+        ("model.path", m.path),
+        ("model.revision", m.revision),
+        ("model.served_name", m.served_name),
+        ("model.quantization", m.quantization),
+        ("model.load_format", m.load_format),
+        ("server.host", srv.host),
+        ("server.attention_backend", srv.attention_backend),
+        ("server.moe_backend", srv.moe_backend),
+        ("server.dcp_comm_backend", srv.dcp_comm_backend),
+        ("server.tool_call_parser", srv.tool_call_parser),
+        ("server.reasoning_parser", srv.reasoning_parser),
+    ]
+    return [(key, value) for key, value in pairs if isinstance(value, str)]
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 

@@ -81,6 +81,10 @@ _EXCLUSIVE: dict[str, str] = {
     "cudagraph.capture_sizes": "capture_rule",
     "cudagraph.capture_rule": "capture_sizes",
 }
+#: Maps that are one value, not a section: a layer that gives the whole map replaces it (a profile that
+#: writes `{enable_thinking: false}` means exactly that, not that plus its base's reasoning_effort), while
+#: `--set server.default_chat_template_kwargs.KEY=VALUE` sets one entry.
+WHOLE_MAPS = frozenset({"server.default_chat_template_kwargs"})
 
 
 def _merge(
@@ -89,8 +93,11 @@ def _merge(
     provenance: dict[str, Source],
     source_for: Any,
     prefix: str = "",
+    *,
+    whole: bool = True,
 ) -> None:
-    """Deep-merge ``layer`` into ``base``; mappings merge key by key, anything else replaces."""
+    """Deep-merge ``layer`` into ``base``; mappings merge key by key, anything else replaces (and so does
+    a map of :data:`WHOLE_MAPS` when ``whole``: the layer gives the map itself, not a key inside it)."""
     for key, value in layer.items():
         dotted = f"{prefix}{key}"
         other = _EXCLUSIVE.get(dotted)
@@ -99,13 +106,18 @@ def _merge(
             base[other] = None
             provenance[prefix + other] = source_for(dotted)
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _merge(base[key], value, provenance, source_for, dotted + ".")
+            if whole and dotted in WHOLE_MAPS:
+                _forget(provenance, dotted, base[key])
+                base[key] = {}
+                if not value:
+                    provenance[dotted] = source_for(dotted)
+            _merge(base[key], value, provenance, source_for, dotted + ".", whole=whole)
             continue
         if key in base:
             _forget(provenance, dotted, base[key])
         if isinstance(value, Mapping) and value:
             base[key] = {}
-            _merge(base[key], value, provenance, source_for, dotted + ".")
+            _merge(base[key], value, provenance, source_for, dotted + ".", whole=whole)
         else:
             base[key] = _copy(value)
             provenance[dotted] = source_for(dotted)
@@ -232,8 +244,8 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, So
     sources: dict[str, Source] = {}
     known_keys: set[str] = set()
     for name in sorted(environ):
-        if not name.startswith(TOOL_PREFIX) or name in TOOL_VARS:
-            continue
+        if not name.startswith(TOOL_PREFIX) or name in TOOL_VARS or not environ[name].strip():
+            continue  # empty means unset, as for the tool's own variables (settings._read)
         known_keys = known_keys or set(_all_setting_keys())
         key = _env_name_to_key(name)
         if key not in known_keys and not key.startswith("env."):
@@ -265,7 +277,10 @@ def _env_origin(key: str, env_sources: Mapping[str, Source]) -> Source:
 def _apply(
     merged: dict[str, Any], provenance: dict[str, Source], key: str, value: Any, source: Source
 ) -> None:
-    _merge(merged, _nest(key, value), provenance, lambda _k: source)
+    # `--set server.default_chat_template_kwargs.x=1` sets one entry of a whole map; the map's own key
+    # (or one above it) gives the map
+    whole = not any(key.startswith(w + ".") for w in WHOLE_MAPS)
+    _merge(merged, _nest(key, value), provenance, lambda _k: source, whole=whole)
 
 
 def resolve_config(

@@ -37,6 +37,13 @@ DCP_A2A_WORLD_SIZES: dict[str, frozenset[int]] = {
 #: entrypoint.sh L1459 and the release line's serve-gilded-gnosis.sh L43 both default it to 32)
 TRELLIS_MAX_M_DEFAULT = 32
 UPSTREAM = "malaiwah/glm52-exl3-vast@eba43a5"
+#: What the capture-size rules read besides the sizes: the decode window is max_num_seqs x (1 + MTP).
+WINDOW_INPUTS = (
+    "cudagraph.capture_sizes",
+    "cudagraph.capture_rule",
+    "scheduler.max_num_seqs",
+    "speculative.num_speculative_tokens",
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -47,6 +54,8 @@ class Finding:
     value: object = None
     allowed: tuple[str, ...] = ()
     hint: str | None = None
+    #: the other settings the rule read: where a later layer set one of them, the finding names that source
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,9 @@ class Rule:
 RULES: list[Rule] = []
 
 
-def rule(id: str, level: Level, summary: str, evidence: str = "") -> Callable[
+def rule(
+    id: str, level: Level, summary: str, evidence: str = ""
+) -> Callable[
     [Callable[[DeploymentConfig], Iterator[Finding]]], Callable[[DeploymentConfig], Iterator[Finding]]
 ]:
     def register(
@@ -157,9 +168,7 @@ def _gpu_list(c: DeploymentConfig) -> Iterator[Finding]:
         yield Finding("parallel.gpus", f"{len(gpus)} GPUs listed for tp={tp}", gpus)
     too_high = [g for g in gpus if g >= c.hardware.gpu_count]
     if too_high:
-        yield Finding(
-            "parallel.gpus", f"GPU index beyond the expected {c.hardware.gpu_count} GPUs", too_high
-        )
+        yield Finding("parallel.gpus", f"GPU index beyond the expected {c.hardware.gpu_count} GPUs", too_high)
 
 
 @rule("gpu-list-unused", "warning", "GPUs listed beyond the TP group are exposed but unused")
@@ -179,7 +188,13 @@ def _gpu_list_extra(c: DeploymentConfig) -> Iterator[Finding]:
 @rule("pcie-allreduce-single-rank", "warning", "no PCIe all-reduce is built at tp=1")
 def _pcie_tp1(c: DeploymentConfig) -> Iterator[Finding]:
     if c.comm.pcie_allreduce and c.parallel.tp == 1:
-        yield Finding("comm.pcie_allreduce", "no PCIe all-reduce is built at tp=1", True)
+        yield Finding(
+            "comm.pcie_allreduce",
+            "no PCIe all-reduce is built at tp=1",
+            True,
+            hint="--set comm.pcie_allreduce=false",
+            inputs=("parallel.tp",),
+        )
 
 
 @rule("oneshot-world-size", "error", "the one-shot all-reduce's world sizes")
@@ -224,7 +239,8 @@ def _a2a_uncapped(c: DeploymentConfig) -> Iterator[Finding]:
             f"0 (uncapped) sizes DCP A2A staging from max_num_batched_tokens: {per_token / KIB:.1f} KiB per "
             f"batched token per channel, {format_size(per_channel)} per channel here",
             0,
-            hint="the launchers use 16 (DCP2) to 64",
+            hint="--set comm.dcp_a2a_max_tokens=64 (what the launchers use; 16 at DCP2)",
+            inputs=("scheduler.max_num_batched_tokens",),
         )
 
 
@@ -247,8 +263,11 @@ def _wire(c: DeploymentConfig) -> Iterator[Finding]:
 def _positions(c: DeploymentConfig) -> Iterator[Finding]:
     limit = c.model.geometry.max_position_embeddings
     if c.scheduler.max_model_len > limit:
-        yield Finding("scheduler.max_model_len", f"longer than the model's max_position_embeddings ({limit})",
-                      c.scheduler.max_model_len)
+        yield Finding(
+            "scheduler.max_model_len",
+            f"longer than the model's max_position_embeddings ({limit})",
+            c.scheduler.max_model_len,
+        )
 
 
 @rule("mtp-needs-layer", "error", "MTP needs an MTP layer in the checkpoint")
@@ -268,6 +287,14 @@ def _mtp_layer(c: DeploymentConfig) -> Iterator[Finding]:
 def _concurrency(c: DeploymentConfig) -> Iterator[Finding]:
     sizes = c.capture_sizes()
     window = decode_window(c)
+    # The capture rule that serves exactly the decode window: multiples of MTP+1 (step null) up to it.
+    step = c.cudagraph.capture_rule.step if c.cudagraph.capture_rule else None
+    to_window = (
+        f"--set cudagraph.capture_rule.step=null --set cudagraph.capture_rule.max={window} "
+        f"--set cudagraph.max_capture_size={window}"
+        if step is not None and step != c.decode_step
+        else f"--set cudagraph.capture_rule.max={window} --set cudagraph.max_capture_size={window}"
+    )
     if c.cudagraph.mode != "NONE" and sizes:
         top = c.cudagraph.max_capture_size or max(sizes)
         if min(top, max(sizes)) < window:
@@ -277,7 +304,8 @@ def _concurrency(c: DeploymentConfig) -> Iterator[Finding]:
                 f"{c.scheduler.max_num_seqs} x {c.decode_step} = {window}: full decode batches would "
                 "silently leave the CUDA-graph fast path",
                 sizes,
-                hint=f"capture up to {window}, or lower scheduler.max_num_seqs",
+                hint=f"capture up to {window} ({to_window}), or lower scheduler.max_num_seqs",
+                inputs=WINDOW_INPUTS,
             )
     if c.is_exl3:
         trellis, given = trellis_window(c)
@@ -289,8 +317,9 @@ def _concurrency(c: DeploymentConfig) -> Iterator[Finding]:
                 + f" is below max_num_seqs x (1 + MTP) = {window}: full decode batches leave the Trellis "
                 "fast path",
                 c.exl3_trellis_max_m,
-                hint=f"set exl3_trellis_max_m={window} (with capture sizes up to {window}), or lower "
+                hint=f"--set exl3_trellis_max_m={window} (with capture sizes up to {window}), or lower "
                 "scheduler.max_num_seqs",
+                inputs=WINDOW_INPUTS[2:],
             )
 
 
@@ -309,7 +338,8 @@ def _capture_max(c: DeploymentConfig) -> Iterator[Finding]:
             f"the largest captured size ({max(sizes)}) is not the maximum capture size ({top}); decode above "
             f"{max(sizes)} runs eager whatever the maximum says",
             top,
-            hint=f"set cudagraph.max_capture_size={max(sizes)}, or capture up to {top}",
+            hint=f"--set cudagraph.max_capture_size={max(sizes)} (or capture up to {top})",
+            inputs=WINDOW_INPUTS[:2],
         )
 
 
@@ -330,7 +360,9 @@ def _prefill_capacity(c: DeploymentConfig) -> Iterator[Finding]:
             "scheduler chunk, so the extra capacity (240 KiB/token, +320 KiB/token for the MTP drafter) "
             "could only take KV cache memory",
             cap,
-            hint=f"lower it to at most {mnbt}, raise scheduler.max_num_batched_tokens, or leave it unset",
+            hint=f"--set exl3.prefill_capacity={mnbt} (or null: unset), or raise "
+            "scheduler.max_num_batched_tokens",
+            inputs=("scheduler.max_num_batched_tokens",),
         )
 
 
@@ -483,7 +515,8 @@ def _lmcache_alloc(c: DeploymentConfig) -> Iterator[Finding]:
             "memory.allocator.expandable_segments",
             "LMCache forces expandable_segments off; every torch footprint is computed without it",
             True,
-            hint="set memory.allocator.expandable_segments=false",
+            hint="--set memory.allocator.expandable_segments=false",
+            inputs=("lmcache",),
         )
 
 
@@ -561,6 +594,20 @@ def _vllm_args(c: DeploymentConfig) -> Iterator[Finding]:
             arg,
             hint=f"set {setting} instead",
         )
+
+
+@rule("value-not-an-option", "error", "a value vllm serve receives on its own may not start with '-'")
+def _standalone(c: DeploymentConfig) -> Iterator[Finding]:
+    from glmlaunch.config.render_args import standalone_values
+
+    for key, value in standalone_values(c):
+        if value.startswith("-"):
+            yield Finding(
+                key,
+                "starts with '-': vllm serve would read it as an option, not as this value",
+                value,
+                hint="give the value itself (a path: ./-name); extra flags belong in vllm_args",
+            )
 
 
 @rule("chat-template-kwargs-finite", "error", "chat-template kwargs must be standard JSON")

@@ -215,6 +215,29 @@ def _construct_int(loader: Any, node: Any) -> Any:
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
+class _Duplicate(Exception):
+    """A mapping names one key twice; converted to ConfigError by :func:`load_yaml`."""
+
+
+def _construct_map(loader: Any, node: Any) -> Any:
+    # YAML says keys are unique; PyYAML keeps the last one silently, so `max_num_seqs: 1` twenty lines
+    # above `max_num_seqs: 8` would be a setting nobody sees. Merge keys (<<) are not duplicates.
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        if key in first:
+            where = f"at line {first[key]} and line {line}"
+            raise _Duplicate(f"the key {short(key, 60)!r} appears twice, {where}")
+        first[key] = line
+    yield from yaml.SafeLoader.construct_yaml_map(loader, node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
 def scan_yaml_events(text: str) -> None:
     """One linear pass over the event stream: depth, aliases, expanded size; raises ``_Limit``.
 
@@ -271,6 +294,10 @@ def load_yaml(text: str, *, key: str, value: str, what: str, hint_tags: str | No
             loader.dispose()
     except _Limit as exc:
         raise ConfigError(f"the {what} is refused: {exc}", key=key, value=value) from None
+    except _Duplicate as exc:
+        raise ConfigError(
+            f"the {what} is refused: {exc}", key=key, value=value, hint="keep one of them"
+        ) from None
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -272,7 +272,7 @@ class HardwareSection(_Section):
     )
     gpu_count: int = Field(4, ge=1, description="GPUs the deployment expects to see")
     memory_per_gpu: ByteSize = Field(
-        round(95.01 * GIB), description="usable device memory per GPU as cudaMemGetInfo reports it"
+        round(95.01 * GIB), gt=0, description="usable device memory per GPU as cudaMemGetInfo reports it"
     )
     compute_capability: str = Field(
         "12.0", pattern=r"^[0-9]+\.[0-9]+$", description='CUDA compute capability, quoted: "12.0" (sm120)'
@@ -838,11 +838,14 @@ class DeploymentConfig(_Section):
     indexer: IndexerSection = Field(IndexerSection(), description="the sparse attention indexer")
     cudagraph: CudagraphSection = Field(CudagraphSection(), description="CUDA graph mode and capture sizes")
     server: ServerSection = Field(ServerSection(), description="the server and the vLLM backends")
+    # Factories that are Python functions, not the builtins dict/list: pydantic inspects a factory's
+    # signature, and a builtin's is read from its text through tokenize (~2 ms of every start-up,
+    # bench/RESULTS.md "Start-up", issue 22).
     env: dict[str, Annotated[str, _accepts({"type": ["string", "boolean", "number"]})]] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="extra environment, passed through (booleans become 1/0, numbers their text)",
     )
-    vllm_args: list[str] = Field(default_factory=list, description="extra `vllm serve` arguments")
+    vllm_args: list[str] = Field(default_factory=lambda: [], description="extra `vllm serve` arguments")
 
     @field_validator("env", mode="before")
     @classmethod

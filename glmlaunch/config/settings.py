@@ -72,12 +72,19 @@ _FIELD_BY_VAR = {TOOL_PREFIX + name.upper(): name for name in ToolSettings.model
 
 def _read(env: Mapping[str, str]) -> dict[str, str]:
     """The tool variables present in ``env``, by field name. Names match case-insensitively and a later
-    spelling of the same name wins, as with pydantic-settings' ``case_sensitive=False``."""
+    spelling of the same name wins, as with pydantic-settings' ``case_sensitive=False``.
+
+    An empty (or blank) value is no value: compose's ``${GLMLAUNCH_STRICT:-}`` sets the variable to the
+    empty string, and that must mean what leaving it out means, for every variable alike.
+    """
     values: dict[str, str] = {}
     for key, value in env.items():
         field = _FIELD_BY_VAR.get(key.upper())
         if field is not None:
-            values[field] = value
+            if value.strip():
+                values[field] = value
+            else:
+                values.pop(field, None)
     return values
 
 

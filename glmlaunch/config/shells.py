@@ -77,8 +77,12 @@ def _pwsh_quote(value: str) -> str:
 
 
 def _dotenv_quote(value: str) -> str:
+    # Double quotes, with what a POSIX shell still reads inside them escaped ($, `, \, "), so
+    # `set -a; . ./file` (the common way to load one) gives back every value and runs nothing; compose's
+    # env_file and python-dotenv read the same escapes. A line break is written \n (\r), which those two
+    # read as the character and a shell's `.` as the two characters.
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
-    return '"' + escaped.replace("$", "\\$") + '"'
+    return '"' + escaped.replace("$", "\\$").replace("`", "\\`") + '"'
 
 
 def render_exports(env: Mapping[str, str], shell: ShellName) -> str:

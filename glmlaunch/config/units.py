@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from glmlaunch.errors import ConfigError
+
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
@@ -108,3 +110,22 @@ def display_size(n: int) -> str:
         if n % small_factor == 0:
             return f"{n // small_factor} {smaller}"
     return f"{text} {unit} ({n:,} B)"
+
+
+def parse_size_option(value: str, *, key: str, what: str, minimum: int = 0) -> int:
+    """A size given on the command line (``--gpu-memory``, ``--min-margin``): it needs its unit.
+
+    ``--gpu-memory 96`` and ``--min-margin 1`` meant GiB, never bytes: a bare number is refused with the
+    spelling that was probably meant, as is anything below ``minimum`` bytes.
+    """
+    text = value.strip()
+    if text.replace(".", "", 1).isdigit() and (float(text) != 0 or minimum > 0):  # 0 is 0 in any unit
+        raise ConfigError(f"{what} needs a unit", key=key, value=value, hint=f"e.g. {text}GiB or {text}MiB")
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), key=key, value=value, hint="e.g. 96GiB, 512MiB or 1.5GiB") from None
+    if size < minimum:
+        least = "more than 0 bytes" if minimum == 1 else f"at least {format_size(minimum)}"
+        raise ConfigError(f"{what} must be {least}", key=key, value=value, hint="e.g. 96GiB")
+    return size

@@ -14,17 +14,33 @@ from glmlaunch.config.diagnostics import Diagnostic, Source
 from glmlaunch.config.rules import RULES
 from glmlaunch.config.schema import DeploymentConfig
 
+#: Layers, lowest first (config.resolve): a finding names the most specific source of what it read.
+_LAYER = ("default", "profile", "env", "cli")
 
-def source_of(key: str, provenance: Mapping[str, Source]) -> str | None:
-    """Where ``key``'s value came from: its own entry, the nearest section's, or its newest leaf's."""
+
+def _sources_of(key: str, provenance: Mapping[str, Source]) -> list[Source]:
     probe = key
     while probe:
         if probe in provenance:
-            return str(provenance[probe])
+            return [provenance[probe]]
         probe = probe.rpartition(".")[0]
     # A section set as a whole (capture_rule: {max: 32}) is recorded at its leaves.
-    inner = sorted(str(v) for k, v in provenance.items() if k.startswith(key + "."))
-    return inner[-1].rsplit(".", 1)[0] if inner else None
+    return [v for k, v in provenance.items() if k.startswith(key + ".")]
+
+
+def _most_specific(found: list[Source]) -> Source | None:
+    # the latest layer wins; within one layer the first found (the rule's own key comes first)
+    return max(found, key=lambda s: _LAYER.index(s.kind), default=None)
+
+
+def source_of(key: str, provenance: Mapping[str, Source], inputs: tuple[str, ...] = ()) -> str | None:
+    """Where the value a rule is about came from, and, when a later layer set another value it read,
+    that one first: a --set that made a profile's capture sizes wrong is named, not 'default'."""
+    own = _most_specific(_sources_of(key, provenance))
+    other = _most_specific([s for k in inputs if k != key for s in _sources_of(k, provenance)])
+    if other is not None and (own is None or _LAYER.index(other.kind) > _LAYER.index(own.kind)):
+        return str(other) if own is None or own.kind == "default" else f"{other} and {own}"
+    return None if own is None else str(own)
 
 
 def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) -> list[Diagnostic]:
@@ -38,7 +54,7 @@ def validate_config(config: DeploymentConfig, provenance: Mapping[str, Source]) 
                     f.message,
                     f.value,
                     f.allowed,
-                    source_of(f.key, provenance),
+                    source_of(f.key, provenance, f.inputs),
                     f.hint,
                     rule.id,
                 )

@@ -11,16 +11,17 @@ from pathlib import Path
 from typing import Protocol
 
 from rich.table import Table
+from rich.text import Text
 
 from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES, GLMLAUNCH_STRICT
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.settings import ToolSettings
 from glmlaunch.config.units import format_size
-from glmlaunch.errors import ConfigError, ExitCode
-from glmlaunch.hardware.checks import PURPOSES, CheckReport, run_checks
+from glmlaunch.errors import ConfigError, ExitCode, NoGpuError
+from glmlaunch.hardware.checks import PURPOSES, CheckReport, CheckResult, run_checks
 from glmlaunch.hardware.inventory import Gpu, Inventory, P2PCaps, save_inventory
 from glmlaunch.hardware.probe import get_inventory
-from glmlaunch.output import note, out_console, out_json, warn
+from glmlaunch.output import fit, note, out_console, out_json, warn
 
 
 def _size(n: int | None) -> str:
@@ -84,7 +85,7 @@ def inventory_tables(inv: Inventory) -> list[Table]:
         "CPUs",
         "processes",
     ):
-        gpus.add_column(col)
+        gpus.add_column(col, no_wrap=col not in ("name", "CPUs", "processes"))  # figures whole
     for g in inv.gpus:
         gpus.add_row(
             str(g.index),
@@ -104,10 +105,10 @@ def inventory_tables(inv: Inventory) -> list[Table]:
 
     if len(inv.gpus) > 1:
         topo = Table(title="topology / P2P (row -> column: r read, w write, a atomics, NV over NVLink)")
-        topo.add_column("")
+        topo.add_column("", no_wrap=True)
         order = [g.index for g in inv.gpus]
         for b in order:
-            topo.add_column(f"GPU {b}")
+            topo.add_column(f"GPU {b}", no_wrap=True)
         for a in order:
             cells = []
             for b in order:
@@ -128,7 +129,7 @@ def inventory_tables(inv: Inventory) -> list[Table]:
     if problems:
         errs = Table(title="what NVML could not read", expand=False)
         for col in ("where", "field", "NVML said"):
-            errs.add_column(col)
+            errs.add_column(col, no_wrap=col != "NVML said")
         for row in problems:
             errs.add_row(*row)
         tables.append(errs)
@@ -145,7 +146,7 @@ def show_hw(inventory_file: Path | None, save: Path | None, *, as_json: bool) ->
         out_json(inv.model_dump(mode="json"))
     else:
         for table in inventory_tables(inv):
-            out_console.print(table)
+            out_console.print(fit(table))
     return inv
 
 
@@ -160,8 +161,21 @@ def check_table(report: CheckReport) -> Table:
     table.add_column("status", no_wrap=True)
     table.add_column("message")
     for r in report.results:
-        table.add_row(r.name, f"[{_STATUS_STYLE[r.status]}]{r.status}[/]", r.message)
+        table.add_row(r.name, Text(r.status, style=_STATUS_STYLE[r.status]), r.message)
     return table
+
+
+def no_gpu_report(profile: str, purpose: str, exc: NoGpuError) -> CheckReport:
+    """The report of a check that found no NVML or no GPU: one FAIL row (``gpu_probe``, exit 8)."""
+    return CheckReport(
+        profile=profile,
+        purpose=purpose if purpose in PURPOSES else "serve",
+        inventory=f"none: {exc.message}",
+        gpus=(),
+        results=(
+            CheckResult(name="gpu_probe", status="FAIL", message=exc.one_line(), fail_code=ExitCode.NO_GPU),
+        ),
+    )
 
 
 class CalibrationUse(Protocol):
@@ -197,7 +211,13 @@ def run_check(
     strict_source = "--strict" if strict else f"{GLMLAUNCH_STRICT}=1"
     strict = strict or ToolSettings.from_environ().strict
     resolved = resolve(profile, overrides)
-    inv = get_inventory(inventory_file)
+    try:
+        inv = get_inventory(inventory_file)
+    except NoGpuError as exc:
+        # --json promises one document: the report says what stopped the checks (and exit 8 follows)
+        if as_json:
+            out_json(no_gpu_report(resolved.profile_name, purpose, exc).to_json(strict=strict))
+        raise
     calibration: object | None = None
     said = ""
     if calibration_lookup is not None:

@@ -9,7 +9,6 @@ the values themselves reach vLLM unchanged.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import Literal, NoReturn
 from glmlaunch.config.environment import LaunchEnvironment
 from glmlaunch.config.registry import GLMLAUNCH_VLLM_BIN, PATH
 from glmlaunch.errors import LaunchError
-from glmlaunch.output import MASK, is_secret_name, mask_secrets, note
+from glmlaunch.output import MASK, is_secret_name, mask_secrets, note, shell_join
 from glmlaunch.output import mask_argv as mask_argv
 from glmlaunch.output import register_argv_secrets as register_argv_secrets
 
@@ -81,7 +80,8 @@ class LaunchSpec:
     env_changes: tuple[EnvChange, ...]
 
     def command_line(self) -> str:
-        return mask_secrets(shlex.join(mask_argv(self.argv)))
+        # bash reads the line back as the argv that runs: a control character shows as $'\x1b', never raw
+        return mask_secrets(shell_join(mask_argv(self.argv)))
 
 
 def env_changes(launch_env: LaunchEnvironment, inherited: Mapping[str, str]) -> tuple[EnvChange, ...]:

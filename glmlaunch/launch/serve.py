@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +61,7 @@ from glmlaunch.launch.handoff import (
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
 from glmlaunch.ledger.verdict import Verdict, judge
-from glmlaunch.output import mask_secrets, note, out_json, out_text, register_secrets, warn
+from glmlaunch.output import mask_secrets, note, out_json, out_text, register_secrets, shell_quote, warn
 
 if TYPE_CHECKING:
     from glmlaunch.preflight.api import PreflightRun
@@ -680,9 +679,9 @@ def _boot_documents(plan: ServePlan) -> dict[str, dict[str, Any]]:
 
 
 def _env_line(change: EnvChange) -> str:
-    text = f"{change.name}={shlex.quote(change.shown_value())}"
+    text = f"{change.name}={shell_quote(change.shown_value())}"
     if change.change == "replaced":
-        text += f"  # replaces {shlex.quote(change.shown_before() or '')} from the caller's environment"
+        text += f"  # replaces {shell_quote(change.shown_before() or '')} from the caller's environment"
     elif change.change == "unchanged":
         text += "  # already set to this value"
     return text

@@ -223,7 +223,7 @@ def _svg_bar(
     """
     # imported here: xml.sax.saxutils pulls in urllib.request, http.client and ssl (~7 ms of every
     # `plan`, which draws the SVG only with --svg)
-    from xml.sax.saxutils import escape
+    from glmlaunch.files import xml_text as escape
 
     scale = w / max(capacity, 1)
     out: list[str] = []
@@ -283,7 +283,9 @@ def svg(
 ) -> str:
     """One SVG document: the verdict, then per group of identical ranks a whole-GPU bar and a zoom bar
     with the bytes on them, then the legend."""
-    from xml.sax.saxutils import escape, quoteattr  # see _svg_bar
+    from xml.sax.saxutils import quoteattr
+
+    from glmlaunch.files import xml_text as escape  # see _svg_bar
 
     x0, bar_w, bar_h = 170.0, 780.0, 24.0
     base_w = 1000.0

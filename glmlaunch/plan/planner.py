@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from glmlaunch import __version__
-from glmlaunch.config.resolve import Resolved, resolve_config
+from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.units import parse_size
+from glmlaunch.config.units import parse_size_option
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
@@ -54,15 +54,8 @@ class PlanResult:
 def parse_gpu_memory(value: str | None) -> int | None:
     if value is None:
         return None
-    if value.strip().replace(".", "", 1).isdigit():
-        # `--gpu-memory 96` meant 96 GiB, never 96 bytes: a device total needs its unit
-        raise ConfigError(
-            "a device total needs a unit", key="--gpu-memory", value=value, hint=f"e.g. {value.strip()}GiB"
-        )
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(str(exc), key="--gpu-memory", value=value, hint="e.g. 96GiB or 95.01GiB") from None
+    # `--gpu-memory 96` meant 96 GiB, never 96 bytes; a device of 0 bytes holds nothing to plan
+    return parse_size_option(value, key="--gpu-memory", what="a device total", minimum=1)
 
 
 def check_library(library: str) -> str:
@@ -108,10 +101,11 @@ def make_plan(
     shows it in its header), and appended to ``messages`` when given (``diff`` plans twice and says a
     message both sides share once)."""
     from glmlaunch.calibrate.apply import calibration_for
-    from glmlaunch.output import register_config_secrets, warn
+    from glmlaunch.config.commands import resolve
+    from glmlaunch.output import warn
 
-    resolved = resolve_config(profile, overrides)
-    register_config_secrets(resolved.config.env, resolved.config.vllm_args)
+    # The one resolve every command uses: the configuration's warnings are said here too (issue 22)
+    resolved = resolve(profile, overrides)
     use = calibration_for(resolved.config)
     for line in use.warnings:
         warn(line)

@@ -19,7 +19,7 @@ from glmlaunch.config.units import format_size
 from glmlaunch.errors import MarginError
 from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger, RuntimeDemand
-from glmlaunch.output import mask_secrets, note, out_console, out_json
+from glmlaunch.output import fit, mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
 from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, plan_document
 
@@ -400,6 +400,10 @@ def _opt(n: int | None) -> str:
     return "—" if n is None else _size(n)
 
 
+#: The longest side label ``diff`` uses as a column header; a longer one is named above the tables.
+_SIDE_HEADER = 24
+
+
 def render_diff(d: Diff, *, as_json: bool) -> None:
     if as_json:
         from glmlaunch.plan.diff import diff_document
@@ -407,18 +411,24 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
         out_json(diff_document(d))
         return
     lname, rname = config_label(d.left.resolved), config_label(d.right.resolved)
+    if max(len(lname), len(rname)) > _SIDE_HEADER:
+        # A long label (a profile and its overrides) is said once, above, not as a column header that
+        # would squeeze the figures: the columns are A and B.
+        out_console.print(Text(f"A: {lname}\nB: {rname}"))
+        lname, rname = "A", "B"
+    # Keys and figures whole at any width (output.fit stacks a table that cannot keep them whole).
     s = Table(title="settings that differ", title_justify="left")
-    s.add_column("key")
+    s.add_column("key", no_wrap=True)
     s.add_column(lname)
     s.add_column(rname)
     for sd in d.settings:
         s.add_row(sd.key, str(sd.left), str(sd.right))
-    out_console.print(s)
+    out_console.print(fit(s))
     e = Table(title="ledger per rank (device footprint)", title_justify="left")
-    e.add_column("entry")
-    e.add_column(lname, justify="right")
-    e.add_column(rname, justify="right")
-    e.add_column("delta", justify="right")
+    e.add_column("entry", no_wrap=True)
+    e.add_column(lname, justify="right", no_wrap=True)
+    e.add_column(rname, justify="right", no_wrap=True)
+    e.add_column("delta", justify="right", no_wrap=True)
     for x in d.entries:
         if x.left_device == x.right_device and x.left_requested == x.right_requested:
             continue
@@ -429,12 +439,12 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
             _opt(x.right_device),
             Text(("+" if delta > 0 else "") + _size(delta), style="red" if delta > 0 else "green"),
         )
-    out_console.print(e)
+    out_console.print(fit(e))
     b = Table(title="budget per rank", title_justify="left")
-    b.add_column("term")
-    b.add_column(lname, justify="right")
-    b.add_column(rname, justify="right")
-    b.add_column("delta", justify="right")
+    b.add_column("term", no_wrap=True)
+    b.add_column(lname, justify="right", no_wrap=True)
+    b.add_column(rname, justify="right", no_wrap=True)
+    b.add_column("delta", justify="right", no_wrap=True)
     for term, lv, rv in d.budget:
         b.add_row(term, _size(lv), _size(rv), ("+" if rv - lv > 0 else "") + _size(rv - lv))
     b.add_row(
@@ -443,4 +453,4 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
         f"{d.right.verdict.status} ({d.right.verdict.confidence})",
         "",
     )
-    out_console.print(b)
+    out_console.print(fit(b))

@@ -178,7 +178,7 @@ def test_a_margin_hint_gives_each_remedy_once(clean_env: dict[str, str]) -> None
 def _check_list_table(text: str, ids: list[str]) -> None:
     header = next(line for line in text.splitlines() if "┃" in line and " id " in line)
     cells = [c.strip() for c in header.strip("┃ \n").split("┃")]
-    assert cells == ["id", "created", "profile", "usable", "ranks", "W", "boot", "log"], header
+    assert cells == ["id", "created", "profile", "usable", "ranks", "W", "log"], header
     for record_id in ids:
         assert record_id in text, (record_id, text)
     dates = re.findall(r"│ \d{4}-\d{2}-\d{2} \d{2}:\d{2} │", text)
@@ -232,3 +232,46 @@ def test_list_is_readable_on_a_terminal(
     text = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode()).replace("\r\n", "\n")
     assert max(len(line) for line in text.splitlines()) <= columns
     _check_list_table(text, ids)
+
+
+# --- issue 22, item 15: data on stdout (and in --json), the same figures everywhere ---------------------
+
+
+def test_show_says_where_each_term_came_from_on_stdout_also_when_quiet(
+    ingested: tuple[dict[str, str], subprocess.CompletedProcess[str]],
+) -> None:
+    env, _ = ingested
+    quiet = run_cli("-q", "calibrate", "show", "-p", "r12-exl3", env=env)
+    assert quiet.returncode == 0, quiet.stderr
+    doc = json.loads(run_cli("calibrate", "show", "-p", "r12-exl3", "--json", env=env).stdout)
+    for line in doc["term_model"]["explain"].values():
+        assert line in quiet.stdout
+    assert quiet.stderr == ""
+
+
+@pytest.mark.parametrize("version", ["dev", None])
+def test_show_table_and_explanation_agree_on_n(
+    ingested: tuple[dict[str, str], subprocess.CompletedProcess[str]], version: str | None
+) -> None:
+    """N of the plan's vLLM build: the table's records and figure are the explanation's."""
+    env, _ = ingested
+    sets = ["--set", f"vllm_version={version}"] if version else []
+    doc = json.loads(run_cli("calibrate", "show", "-p", "r12-exl3", *sets, "--json", env=env).stdout)
+    n = doc["term_model"]["terms"]["n"]
+    explain = doc["term_model"]["explain"]["n"]
+    for record in n["records"]:
+        assert record in explain
+    assert f"{', '.join(n['records'])}" in explain
+    coefficient = next(iter(n["coefficients_bytes"].values()))
+    assert f"{abs(coefficient) / 2**20:,.1f} MiB" in explain
+    text = run_cli("calibrate", "show", "-p", "r12-exl3", *sets, env=env).stdout
+    row = next(line for line in text.splitlines() if line.startswith("│ n "))
+    assert f"│ {len(n['records'])} " in row
+
+
+def test_search_prints_the_pinned_alternative_on_stdout_also_when_quiet(clean_env: dict[str, str]) -> None:
+    args = ("calibrate", "search", "-p", "turnkey", "--no-write")
+    doc = json.loads(run_cli(*args, "--json", env=clean_env).stdout)
+    quiet = run_cli("-q", *args, env=clean_env)
+    assert quiet.returncode == 0, quiet.stderr
+    assert f"--kv-cache-memory-bytes={doc['kv_cache_memory_bytes']}" in quiet.stdout

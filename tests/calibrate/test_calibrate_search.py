@@ -153,6 +153,7 @@ def test_max_kv_bytes_next_mib_breaks_the_margin(records: list[Calibration], mod
     best = int(result.best.value)
     assert best % MIB == 0
     assert best == result.best.recommended_kv_cache_memory_bytes  # the budget's own answer agrees
+
     # the recommended size keeps both the 1 GiB minimum and the runtime demand; one MiB more breaks one
     def keeps(kv: int) -> bool:
         c = at(cfg, memory__kv_cache_memory_bytes=kv)
@@ -250,7 +251,8 @@ def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_pat
     assert doc["next_step"]["value"] == doc["best"]["value"] + MIB and doc["next_step"]["direction"] == "up"
     validate(doc)
     assert doc["kv_cache_memory_bytes"] == doc["best"]["value"]
-    assert f"--kv-cache-memory-bytes={doc['best']['value']}" in res.stderr
+    # the pinned alternative is data: in the JSON (above), not a message on stderr (issue 22, item 15)
+    assert f"--kv-cache-memory-bytes={doc['best']['value']}" not in res.stderr
     assert resolve_config(str(out), environ={}).config.memory.kv_cache_memory_bytes == doc["best"]["value"]
 
     # A GPU without rig defaults and no applicable record: the ledger's defaults, said on stderr.
@@ -535,11 +537,24 @@ def test_the_search_names_its_confidence_and_stops_where_one_request_no_longer_f
 def test_on_default_figures_the_request_fit_is_a_caution_in_search(clean_env: dict[str, str]) -> None:
     # a checkpoint nothing is known of: W is a built-in default, so one request's fit cannot decide
     done = run_cli(
-        "calibrate", "search", "-p", "turnkey", "--set", "hardware.gpu_model=NVIDIA H200",
-        "--set", "model.path=/models/unknown", "--set", "model.revision=null",
-        "--set", "scheduler.max_model_len=1000000", "--no-write", "--json",
+        "calibrate",
+        "search",
+        "-p",
+        "turnkey",
+        "--set",
+        "hardware.gpu_model=NVIDIA H200",
+        "--set",
+        "model.path=/models/unknown",
+        "--set",
+        "model.revision=null",
+        "--set",
+        "scheduler.max_model_len=1000000",
+        "--no-write",
+        "--json",
         # a GMU whose margin holds the runtime demand on the built-in default figures
-        "--set", "memory.gpu_memory_utilization=0.945", env=clean_env,
+        "--set",
+        "memory.gpu_memory_utilization=0.945",
+        env=clean_env,
     )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -601,3 +616,25 @@ def test_search_feasibility_is_plans_verdict(
         # search answer 4,096 alike (the long prefill's demand no longer fits the margin there)
         assert not _plan_ok(env, name, [*sets, "scheduler.max_num_batched_tokens=4096"])
         assert doc["best"]["value"] < 4096 and doc["next_step"]["blockers"][0]["id"] == "runtime"
+
+
+def test_search_refuses_to_overwrite_an_overlay_without_force(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """Issue 22, item 16: one rule for output files (profiles import's): an existing one only with --force."""
+    out = tmp_path / "overlay.yaml"
+    out.write_text("mine: keep\n")
+    args = ("calibrate", "search", "-p", "r12-exl3", "--objective", "max-gmu", "-o", str(out))
+    refused = run_cli(*args, env=clean_env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    want = f"error: --output: the output file exists; got '{out}'; hint: pass --force to overwrite it\n"
+    assert refused.stderr == want
+    assert out.read_text() == "mine: keep\n"
+    forced = run_cli(*args, "--force", env=clean_env)
+    assert forced.returncode == 0, forced.stderr
+    assert "extends: r12-exl3" in out.read_text()
+    # the default name follows the same rule
+    default = tmp_path / "r12-exl3-max-gmu.yaml"
+    default.write_text("mine: keep\n")
+    again = run_cli(*args[:5], "max-gmu", env=clean_env, cwd=tmp_path)
+    assert again.returncode == 2 and default.read_text() == "mine: keep\n"

@@ -139,3 +139,23 @@ def test_base_is_forced_and_errors_are_config_errors(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.startswith("error: LOG: the log has no vLLM")
     done = glmlaunch("profiles", "import", "missing.log", cwd=tmp_path)
     assert done.returncode == 2 and "cannot read the log" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    ["{'enable_thinking': False}", "{}", "{'reasoning_effort': 'low', 'enable_thinking': True}"],
+)
+def test_import_reproduces_chat_template_kwargs_without_reasoning_effort(kwargs: str, tmp_path: Path) -> None:
+    """Issue 22, item 8: the base's reasoning_effort must not survive into a boot that did not set it."""
+    text = (LOGS / ALL_LOGS[0]).read_text(encoding="utf-8")
+    original = "'default_chat_template_kwargs': {'reasoning_effort': 'high'}"
+    assert original in text
+    log = tmp_path / "boot.log"
+    log.write_text(text.replace(original, f"'default_chat_template_kwargs': {kwargs}"), encoding="utf-8")
+    done = glmlaunch("profiles", "import", str(log), "-o", "p.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    argv = glmlaunch("args", "-p", "p.yaml", "--json", cwd=tmp_path)
+    assert argv.returncode == 0, argv.stderr
+    got = flag(json.loads(argv.stdout)["argv"], "--default-chat-template-kwargs")
+    want = args_of(log)["default_chat_template_kwargs"]
+    assert (json.loads(got) if got is not None else {}) == want

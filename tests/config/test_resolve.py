@@ -189,7 +189,8 @@ def test_heads_divisible_by_tp() -> None:
 def test_capture_window() -> None:
     text = expect_error("r12-exl3", ["scheduler.max_num_seqs=16"])
     assert "largest capture size 32 is below max_num_seqs x (1 + MTP) = 16 x 4 = 64" in text
-    assert "from profile r12-exl3:cudagraph.capture_rule" in text
+    # the --set that made the profile's sizes too small is named first (issue 22, item 11)
+    assert "from cli --set scheduler.max_num_seqs and profile r12-exl3:cudagraph.capture_rule" in text
 
 
 def test_capture_size_opinions_are_audit_findings_not_warnings() -> None:
@@ -284,3 +285,20 @@ def test_many_errors_are_all_reported() -> None:
         resolve_config("gate", ["runner=v9", "memory.kv_cache_dtype=fp9", "parallel.tp=x"], environ={})
     assert len(info.value.errors) == 3
     assert "(and 2 more errors)" in info.value.one_line()
+
+
+def test_a_whole_map_setting_is_replaced_by_a_layer_and_extended_by_a_dotted_set(tmp_path: Path) -> None:
+    """server.default_chat_template_kwargs is one value: a profile that gives it replaces its base's."""
+    prof = tmp_path / "mine.yaml"
+    prof.write_text("extends: r12-exl3\nserver:\n  default_chat_template_kwargs: {enable_thinking: false}\n")
+    resolved = resolve_config(str(prof), (), environ={})
+    assert resolved.config.server.default_chat_template_kwargs == {"enable_thinking": False}
+    key = "server.default_chat_template_kwargs.enable_thinking"
+    assert resolved.source_of(key).kind == "profile"
+    added = resolve_config("r12-exl3", ("server.default_chat_template_kwargs.enable_thinking=1",), environ={})
+    kwargs = added.config.server.default_chat_template_kwargs
+    assert kwargs == {"reasoning_effort": "high", "enable_thinking": "1"}
+    whole = resolve_config("r12-exl3", ("server.default_chat_template_kwargs={x: 1}",), environ={})
+    assert whole.config.server.default_chat_template_kwargs == {"x": 1}
+    emptied = resolve_config("r12-exl3", ("server.default_chat_template_kwargs={}",), environ={})
+    assert not emptied.config.server.default_chat_template_kwargs

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import glmlaunch_exe, run_cli
 
 from glmlaunch.config.shells import render_exports
@@ -83,3 +84,36 @@ def test_unknown_shell(clean_env: dict[str, str]) -> None:
     res = run_cli("env", "-p", "gate", "--shell", "tcsh", env=clean_env)
     assert res.returncode == 2
     assert "allowed: bash, zsh, sh, fish, pwsh, dotenv, json" in res.stderr
+
+
+DOTENV_VALUES = {
+    "D_BACKTICK": "`touch PWN_BT`",
+    "D_DOLLAR": "$(touch PWN_D) ${HOME} $HOME",
+    "D_QUOTES": "it's \"quoted\" \\ back\\slash \\",
+    "D_GLOB": "* ? [a] ~ ~/x",
+    "D_SEMI": "a; touch PWN_S & b | c",
+    "D_UNICODE": "é ✓ \u2028",
+}
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh", "zsh"])
+def test_dotenv_loaded_with_set_a_and_dot_runs_nothing_and_keeps_every_value(
+    shell: str, tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """Issue 22, item 4: `set -a; . ./file` is how a dotenv file is usually loaded into a shell."""
+    exe = shutil.which(shell)
+    if exe is None:
+        pytest.skip(f"{shell} is not installed")
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump({"extends": "gate", "env": DOTENV_VALUES}, allow_unicode=True))
+    res = run_cli("env", "-p", str(prof), "--shell", "dotenv", env=clean_env)
+    assert res.returncode == 0, res.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "glm.env").write_text(res.stdout, encoding="utf-8")
+    names = " ".join(DOTENV_VALUES)
+    script = f'set -a; . ./glm.env; set +a; "{sys.executable}" -c \'{DUMP}\' {names}'
+    out = subprocess.run([exe, "-c", script], env=clean_env, cwd=work, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == DOTENV_VALUES
+    assert sorted(p.name for p in work.iterdir()) == ["glm.env"]

@@ -37,8 +37,11 @@ with contextlib.redirect_stdout(io.StringIO()):
 import os
 from pydantic.plugin import _loader
 print(json.dumps({
-    "modules": sorted(m for m in ("pydantic_settings", "asyncio", "ssl", "argparse") if m in sys.modules),
-    "plugins_scanned": _loader._plugins is not None,
+    "modules": sorted(
+        m for m in ("pydantic_settings", "asyncio", "ssl", "argparse", "importlib.metadata")
+        if m in sys.modules
+    ),
+    "plugins_scanned": getattr(_loader, "_plugins", None) is not None,
     "plugins_var_left": "PYDANTIC_DISABLE_PLUGINS" in os.environ,
 }))
 """
@@ -56,7 +59,8 @@ def test_names_and_output_do_not_build_the_configuration_models(clean_env: dict[
 
 
 def test_env_with_a_tool_variable_does_not_import_pydantic_settings(clean_env: dict[str, str]) -> None:
-    # pydantic-settings pulled in asyncio, ssl and argparse (~50 ms) as soon as any GLMLAUNCH_* was set
+    # pydantic-settings pulled in asyncio, ssl and argparse (~50 ms) as soon as any GLMLAUNCH_* was set;
+    # pydantic's plugin loader imported importlib.metadata (email, zipfile, csv: 10-17 ms, issue 22)
     probe = _probe(RUN_ENV, dict(clean_env, GLMLAUNCH_PROFILE="gate", GLMLAUNCH_DEBUG="0"))
     assert probe["modules"] == []
 
@@ -101,12 +105,13 @@ from pydantic.plugin import _loader
 watched = (
     "glmlaunch.calibrate.records", "glmlaunch.calibrate.logs", "glmlaunch.calibrate.bootconfig",
     "glmlaunch.hardware.inventory", "glmlaunch.plan.audit", "glmlaunch.plan.diff", "rich._emoji_codes",
+    "importlib.metadata",
 )
 from glmlaunch.plan.planner import PlanDoc
 print(json.dumps({
     "modules": sorted(m for m in watched if m in sys.modules),
     "plan_doc_built": PlanDoc.__pydantic_complete__,
-    "plugins_scanned": _loader._plugins is not None,
+    "plugins_scanned": getattr(_loader, "_plugins", None) is not None,
     "plugins_var_left": "PYDANTIC_DISABLE_PLUGINS" in os.environ,
 }))
 """
@@ -115,7 +120,8 @@ print(json.dumps({
 def test_plan_on_an_empty_store_builds_no_record_models(clean_env: dict[str, str]) -> None:
     # A fresh install has no calibration record: the records' models (boot log, fingerprint, inventory)
     # are for reading one; the JSON document models for --json; the emoji table for nothing (data is
-    # printed as written); Typer's parameter adapters must not trigger pydantic's plugin scan either.
+    # printed as written); Typer's parameter adapters must not trigger pydantic's plugin scan either, nor
+    # the installed-vLLM lookup import importlib.metadata where vLLM cannot be imported (issue 22).
     probe = _probe(RUN_PLAN, clean_env)
     assert probe == {
         "modules": [],

@@ -235,7 +235,7 @@ def mutated_profile(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 
 
 @seeded
-@fuzz_settings(1900)
+@fuzz_settings(1300)
 @given(
     profile=mutated_profile(),
     base=st.one_of(st.none(), mutated_profile()),
@@ -381,7 +381,7 @@ def real_records() -> list[dict[str, Any]]:
 
 
 @seeded
-@fuzz_settings(800)
+@fuzz_settings(600)
 @given(
     data=st.data(),
     command=st.sampled_from(

@@ -220,3 +220,17 @@ def test_check_reports_which_calibration_its_verdict_uses(clean_env: dict[str, s
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["calibration"].startswith("using the rig defaults")
     assert done.stderr == ""
+
+
+def test_check_json_without_nvml_is_still_one_document(clean_env: dict[str, str]) -> None:
+    """Issue 22, item 16: --json promises one JSON document, also when no NVML stops the checks (exit 8)."""
+    if HAVE_NVML:
+        pytest.skip("NVML is present here")
+    res = run_cli("check", "-p", "turnkey", "--json", env=clean_env)
+    assert res.returncode == 8, res.stderr
+    doc = json.loads(res.stdout)
+    schema = json.loads((REPO / "docs" / "schemas" / "check.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["summary"]["exit_code"] == 8 and doc["results"][0]["fail_code"] == 8
+    assert doc["results"][0]["status"] == "FAIL" and "NVML" in doc["results"][0]["message"]
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
