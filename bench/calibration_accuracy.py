@@ -7,6 +7,7 @@ knobs with `--set`, and compare the plan's KV bytes and KV tokens with what vLLM
 with the rig defaults alone (an empty store). Every step is the real CLI in a subprocess.
 
     .venv/bin/python bench/calibration_accuracy.py [--json]
+    .venv/bin/python bench/calibration_accuracy.py --documented [--json]   # the appliance's capacities
 
 Caveat printed with the results: the shipped rig defaults were fitted on all five logs, so where a term is
 not identified by the other records (e.g. W with MTP off when only MTP-on boots remain) the default that
@@ -139,10 +140,106 @@ def MODES_RECORDS(others: list[Path]) -> list[tuple[str, list[Path]]]:
     return [(MODES[0], others), (MODES[1], others), (MODES[2], [])]
 
 
+def documented_capacities() -> list[dict[str, object]]:
+    """The appliance's documented capacities (data/upstream): logged KV tokens against the plan's.
+
+    Every documented boot whose pool vLLM sized from memory (a pinned pool is exact by construction) is
+    planned with the shipped rig defaults, in process (its configuration is the shipped profile of its
+    checkpoint with the record's shape, glmlaunch/calibrate/documented.py). The rig defaults' release
+    overheads were fitted on these boots, so that column is in sample; the leave-one-out column re-fits
+    the overhead of the boot's release and DCP without it (a release with no other boot takes the nearest
+    release's, as a plan of an undocumented release does).
+    """
+    sys.path.insert(0, str(ROOT))
+    from dataclasses import replace
+
+    from glmlaunch.calibrate.apply import model_calibration
+    from glmlaunch.calibrate.derive import release_offsets
+    from glmlaunch.calibrate.documented import documented_boots, sized_pool
+    from glmlaunch.calibrate.model import ReleaseOffset
+    from glmlaunch.calibrate.rigdefaults import _rig_model
+    from glmlaunch.ledger import build_ledger
+    from glmlaunch.ledger.budget import compute_budget
+
+    root = ROOT / "data" / "upstream"
+    shipped = _rig_model(None)
+    base = replace(shipped, release_offsets=())
+    groups = release_offsets(base, root)
+
+    def tokens(model: object, cfg: object) -> int:
+        cal = model_calibration(cfg, model)  # type: ignore[arg-type]
+        return compute_budget(cfg, build_ledger(cfg, calibration=cal), calibration=cal).kv_tokens  # type: ignore[arg-type]
+
+    rows: list[dict[str, object]] = []
+    for boot in documented_boots(root):
+        if not sized_pool(boot) or boot.kv_tokens is None:
+            continue
+        cfg = boot.config
+        loo_offsets = []
+        for g in groups:
+            diffs = {i: d + int(g["bytes"]) for i, d in g["residuals"]}  # type: ignore[union-attr]
+            if boot.id in diffs:
+                rest = [d for i, d in diffs.items() if i != boot.id]
+                if not rest:
+                    continue  # the only boot of its release: the nearest release's offset stands in
+                loo_offsets.append(
+                    ReleaseOffset(
+                        str(g["release"]),
+                        int(g["dcp"]),
+                        round(sum(rest) / len(rest)),
+                        tuple(i for i in diffs if i != boot.id),
+                    )
+                )
+            else:
+                loo_offsets.append(
+                    ReleaseOffset(str(g["release"]), int(g["dcp"]), int(g["bytes"]), tuple(g["boots"]))  # type: ignore[arg-type]
+                )
+        fitted = tokens(shipped, cfg)
+        loo = tokens(replace(base, release_offsets=tuple(loo_offsets)), cfg)
+        rows.append(
+            {
+                "id": boot.id,
+                "release": boot.release,
+                "checkpoint": cfg.model.path,
+                "shape": f"DCP{cfg.parallel.dcp} MTP{cfg.mtp} GMU {cfg.memory.gpu_memory_utilization} "
+                f"batch {cfg.scheduler.max_num_batched_tokens} {cfg.memory.kv_cache_dtype}",
+                "logged": boot.kv_tokens,
+                "fitted": fitted,
+                "fitted_error": (fitted - boot.kv_tokens) / boot.kv_tokens,
+                "loo": loo,
+                "loo_error": (loo - boot.kv_tokens) / boot.kv_tokens,
+                "source": boot.source,
+            }
+        )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--documented", action="store_true", help="only the appliance's documented capacities (data/upstream)"
+    )
     args = parser.parse_args()
+    if args.documented:
+        docs = documented_capacities()
+        if args.json:
+            print(json.dumps(docs, indent=1))
+            return 0
+        print("| boot | release | checkpoint | shape | logged KV tokens | predicted (fitted) | error | "
+              "predicted (leave-one-out) | error |")  # fmt: skip
+        print("|" + "---|" * 9)
+        for r in docs:
+            print(
+                f"| {r['id']} | {r['release']} | {str(r['checkpoint']).rsplit('/', 1)[-1]} | {r['shape']} | "
+                f"{r['logged']:,} | {r['fitted']:,} | {float(r['fitted_error']) * 100:+.2f} % | "  # type: ignore[arg-type]
+                f"{r['loo']:,} | {float(r['loo_error']) * 100:+.2f} % |"  # type: ignore[arg-type]
+            )
+        for col in ("fitted_error", "loo_error"):
+            errs = [abs(float(r[col])) for r in docs]  # type: ignore[arg-type]
+            med, top = statistics.median(errs) * 100, max(errs) * 100
+            print(f"\n{col}: median |error| {med:.2f} %, max {top:.2f} % over {len(errs)} documented boots")
+        return 0
     facts = {p: logged(p) for p in LOGS}
     complete = [p for p in LOGS if facts[p]["complete"]]
     targets = [p for p in LOGS if facts[p]["complete"] or facts[p]["refused"]]

@@ -57,6 +57,10 @@ class LedgerCalibration:
     #: replacing the fitted term (ledger/demand/prefill.py), and how it was learned
     runtime_prefill_bytes: int | None = None
     runtime_note: str | None = None
+    #: the modelled terms a record of this release covered at this configuration's own setting (the
+    #: verdict calls only those `record`; the others are fitted on other settings: estimates). None: not
+    #: known (a hand-built calibration), every modelled term counts as recorded
+    covered_terms: tuple[str, ...] | None = None
 
 
 def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig:
@@ -179,10 +183,48 @@ def calibration_for(
     record = next(
         (r for r in loaded.records if learned.used and r.record_id[:12] == learned.used[0][:12]), None
     )
+    used = {u[:12] for u in learned.used}
+    cal = replace(
+        cal, covered_terms=covered_terms(config, [r for r in loaded.records if r.record_id[:12] in used])
+    )
     cal, runtime_message = with_runtime_evidence(config, cal, loaded.records)
     if runtime_message:
         message += f"; {runtime_message}"
     return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped)
+
+
+#: what each modelled term depends on besides the rig shape: a record covers a term for a configuration
+#: only when it ran the same release with these same settings
+COVERAGE_KEYS: dict[str, tuple[str, ...]] = {
+    "u_pre": (),
+    "n": (),
+    "p": ("scheduler.max_num_batched_tokens", "speculative.num_speculative_tokens", "exl3.prefill_capacity"),
+    "g_e": ("speculative.num_speculative_tokens", "cudagraph.max_capture"),
+}
+
+
+def _setting(config: DeploymentConfig, key: str) -> object:
+    if key == "cudagraph.max_capture":
+        return max(config.capture_sizes(), default=0)
+    if key == "exl3.prefill_capacity":
+        return config.exl3_prefill_capacity_effective
+    node: Any = config
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def covered_terms(config: DeploymentConfig, records: list[Calibration]) -> tuple[str, ...]:
+    """The modelled terms some record of ``config``'s release ran at ``config``'s own settings."""
+    from glmlaunch.calibrate.learn import record_config
+
+    configs = [c for c in (record_config(r) for r in records) if c is not None]
+    same_release = [c for c in configs if c.release_effective == config.release_effective]
+    return tuple(
+        term
+        for term, keys in COVERAGE_KEYS.items()
+        if any(all(_setting(c, k) == _setting(config, k) for k in keys) for c in same_release)
+    )
 
 
 def with_runtime_evidence(

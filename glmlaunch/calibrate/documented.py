@@ -124,7 +124,7 @@ def settings_for(row: Mapping[str, Any]) -> tuple[list[str], tuple[str, ...]] | 
     if offload in _LMCACHE:
         sets.append(f"lmcache={'true' if _LMCACHE[offload] else 'false'}")
     release = release_label((row.get("release") or {}).get("key"))
-    sets.append(f"release={release}" if release and re.fullmatch(r"r[0-9]+", release) else "release=null")
+    sets.append(f"release={release}" if release and re.fullmatch(r"[rv][0-9]+", release) else "release=null")
     return sets, tuple(used)
 
 

@@ -810,11 +810,12 @@ class DeploymentConfig(_Section):
     exl3_trellis_max_m: int | None = Field(None, ge=1, description="VLLM_EXL3_TRELLIS_MAX_M decode window")
     release: str | None = Field(
         None,
-        pattern=r"^r[0-9]+$",
+        pattern=r"^[rv][0-9]+$",
         description=(
-            "the gilded-gnosis v20 release this deployment runs (r14, r28, …): picks the weights measured on "
-            "that release and tells calibration records of that release from others; null = the release "
-            "named at the end of vllm_version, else unknown"
+            "the gilded-gnosis v20 release this deployment runs (r14, r28, …; v31 for the older v31 image "
+            "line): picks the weights measured on that release, its documented overheads, and tells "
+            "calibration records of that release from others; null = the release named at the end of "
+            "vllm_version, else unknown"
         ),
     )
     vllm_version: str | None = Field(

@@ -288,7 +288,9 @@ def _assemble(
         latent_drafts += _drafts(fn, key(ctx), ctx)
     latent = tuple(_entry(d, _latent_footprint(d, expandable)) for d in latent_drafts)
     config, k = ctx.config, ctx.k
-    notes: list[str] = []
+    notes: list[str] = [
+        d.note for d in drafts if d.name == "weights" and "differs from the calibrated" in d.note
+    ]
     w, d = config.parallel.tp, config.parallel.dcp
     if config.comm.pcie_allreduce and w > 1 and w not in k.oneshot_world_sizes:
         notes.append(f"no one-shot pool: TP {w} is not a one-shot world size {k.oneshot_world_sizes}")

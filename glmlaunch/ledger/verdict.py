@@ -226,9 +226,15 @@ def term_sources(
     # Every modelled term is fitted on the same records (calibrate.model: the rig defaults corrected by
     # least squares over every record of this rig shape), so one origin speaks for all of them.
     modelled = {k for k, _ in (getattr(calibration, "term_bytes", None) or ())}
+    # a record vouches for a term only where a boot of this release ran this setting (apply.covered_terms);
+    # fitted across other settings or releases, the term is an estimate
+    covered = getattr(calibration, "covered_terms", None) if calibration is not None else None
     out: list[tuple[str, Source]] = []
     for key, label in _MODELLED:
-        out.append((label, fitted if key in modelled else "default"))
+        source: Source = fitted if key in modelled else "default"
+        if source == "record" and covered is not None and key not in covered:
+            source = "estimate"
+        out.append((label, source))
     # the weights entry decided W and where it came from (ledger/weights.py); a documented figure of this
     # release is shipped knowledge, as the rig defaults are
     w: Source = {"documented": "rig-defaults"}.get(budget.w_source, budget.w_source)  # type: ignore[assignment]
