@@ -85,3 +85,17 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def assert_script_current(script: str) -> None:
+    """A generated file is what its script derives: ``scripts/SCRIPT --check`` exits 0."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / script), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

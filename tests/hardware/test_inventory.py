@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import assert_script_current
 
 from glmlaunch.errors import ConfigError, ExitCode
 from glmlaunch.hardware.inventory import Inventory, cpu_list, load_inventory, parse_inventory, save_inventory
@@ -70,14 +69,7 @@ def test_constructed_rig_matches_the_public_facts() -> None:
 
 
 def test_generated_fixtures_are_up_to_date() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_inventory_fixtures.py"), "--check"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    assert_script_current("make_inventory_fixtures.py")
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:

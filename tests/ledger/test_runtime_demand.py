@@ -5,12 +5,10 @@ are what scripts/derive_runtime_facts.py derives from data/upstream."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, assert_script_current, run_cli
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
@@ -194,14 +192,7 @@ def test_search_has_the_pin_as_an_objective(clean_env: dict[str, str]) -> None:
 
 
 def test_the_facts_file_is_what_the_script_derives() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "derive_runtime_facts.py"), "--check"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    assert_script_current("derive_runtime_facts.py")
 
 
 def test_the_fit_cases_bound_every_term() -> None:

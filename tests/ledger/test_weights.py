@@ -5,12 +5,10 @@ splits, the documented table is what scripts/derive_weights_facts.py derives. Re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO, run_cli
+from conftest import FIXTURES, assert_script_current, run_cli
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger.weights import decide_for, facts
@@ -21,14 +19,7 @@ INVENTORY = FIXTURES / "inventories" / "rtxpro6000x4.json"
 
 
 def test_the_facts_file_is_what_the_script_derives() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "derive_weights_facts.py"), "--check"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    assert_script_current("derive_weights_facts.py")
 
 
 def test_every_fact_cites_its_source() -> None:
