@@ -64,6 +64,21 @@ settings.register_profile(
 T = TypeVar("T")
 
 
+def cases(make_one: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
+    """A fixture body: a factory of fresh cases (hypothesis runs many examples per test function), each
+    closed when the test ends."""
+    made: list[Any] = []
+
+    def make() -> Any:
+        c = make_one()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
 def fuzz_settings(examples: int) -> settings:
     """Settings for one fuzz test: ``examples`` cases at scale 1."""
     return settings(settings.get_profile("glmlaunch-fuzz"), max_examples=max(1, round(examples * SCALE)))

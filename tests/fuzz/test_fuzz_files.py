@@ -33,6 +33,7 @@ from fuzzkit import (
     run_inprocess,
     seeded,
 )
+from fuzzkit import cases as fuzzkit_cases
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -100,16 +101,7 @@ class Case:
 
 @pytest.fixture
 def case() -> Iterator[Any]:
-    made: list[Case] = []
-
-    def make() -> Case:
-        c = Case()
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    yield from fuzzkit_cases(Case)
 
 
 def hostile_name(suffix: str) -> st.SearchStrategy[bytes]:
@@ -129,8 +121,10 @@ def hostile_name(suffix: str) -> st.SearchStrategy[bytes]:
 
 
 def _name(c: Case, raw: bytes) -> bytes:
-    return resolve_sentinel(raw.decode("utf-8", "surrogateescape"), c.sentinel).replace("/", "_").encode(
-        "utf-8", "surrogateescape"
+    return (
+        resolve_sentinel(raw.decode("utf-8", "surrogateescape"), c.sentinel)
+        .replace("/", "_")
+        .encode("utf-8", "surrogateescape")
     )
 
 

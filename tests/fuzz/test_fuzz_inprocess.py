@@ -43,6 +43,7 @@ from fuzzkit import (
     write,
     yaml_value,
 )
+from fuzzkit import cases as fuzzkit_cases
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -81,16 +82,7 @@ class Case:
 @pytest.fixture
 def case() -> Iterator[Any]:
     """A factory of fresh cases (hypothesis runs many examples per test function)."""
-    made: list[Case] = []
-
-    def make() -> Case:
-        c = Case()
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    yield from fuzzkit_cases(Case)
 
 
 def _planted_overrides() -> list[str]:
