@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: chain's V1 runner, DCP A2A cap 64, no LMCache (expandable segments on), the DCP policy unset and the
 #: capture sizes glmlaunch's turnkey had then (multiples of 6 up to 48).
 SEED_TURNKEY = (
-    "stack=sparkinfer-r12",
+    "stack=sparkinfer-r14",
     "runner=v1",
     "comm.dcp_a2a_max_tokens=64",
     "dcp_policy.query_split=null",

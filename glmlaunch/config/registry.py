@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from glmlaunch.config.releases import B12X_STACKS, RELEASE_RANGES, SPARKINFER_STACKS, STACKS, releases_text
 from glmlaunch.config.units import GIB, KIB, MIB
 
 if TYPE_CHECKING:
@@ -29,14 +31,25 @@ if TYPE_CHECKING:
     # which every command that only needs a variable's name (output.py, profiles, hw) would pay.
     from glmlaunch.config.schema import DeploymentConfig, Stack
 
-ALL_STACKS: frozenset[Stack] = frozenset({"sparkinfer-r12", "sparkinfer-r28", "b12x"})
+ALL_STACKS: frozenset[Stack] = frozenset(STACKS)
 #: the SparkInfer generations: their launchers export SPARKINFER_* names
-SPARKINFER: frozenset[Stack] = frozenset({"sparkinfer-r12", "sparkinfer-r28"})
-R12: frozenset[Stack] = frozenset({"sparkinfer-r12"})
+SPARKINFER: frozenset[Stack] = SPARKINFER_STACKS
 R28: frozenset[Stack] = frozenset({"sparkinfer-r28"})
-B12X: frozenset[Stack] = frozenset({"b12x"})
+#: B12X, from r29: B12X_* names only
+B12X: frozenset[Stack] = B12X_STACKS
+#: r32+: the one-shot topology transports (pcie_oneshot.py:117-132 at cd3ce190)
+B12X_R32: frozenset[Stack] = frozenset({"b12x-r32"})
 #: the r28 launchers also export two B12X_* names (the supertile and the DMA wire), as B12X does
-R28_B12X: frozenset[Stack] = frozenset({"sparkinfer-r28", "b12x"})
+R28_B12X: frozenset[Stack] = R28 | B12X
+#: name prefixes of the kernel libraries' own variables
+LIBRARY_PREFIXES = ("SPARKINFER_", "B12X_")
+#: library-prefixed names vLLM itself reads, whatever the generation: vLLM's CustomAllreduce falls back to
+#: B12X_PCIE_DMA_FP8 when VLLM_PCIE_DMA_FP8 is unset and passes the result as fp8= (r20+ copies of
+#: custom_all_reduce.py), so the library's own DMA variable is never consulted under vLLM
+B12X_PCIE_DMA_FP8 = "B12X_PCIE_DMA_FP8"
+VLLM_READS_LIBRARY_NAMES: dict[str, str] = {
+    B12X_PCIE_DMA_FP8: "vLLM reads it as the fallback of VLLM_PCIE_DMA_FP8 and passes it as fp8=",
+}
 
 # --- glmlaunch's own variables ---------------------------------------------------------------
 
@@ -217,8 +230,9 @@ MANAGED: tuple[EnvSpec, ...] = (
         SPARKINFER,
     ),
     EnvSpec(
-        "B12X_PCIE_DMA_FP8",
-        "DMA wire mode as b12x >= 1.1 reads it (the r12 chain and r28 launchers export it too)",
+        B12X_PCIE_DMA_FP8,
+        "DMA wire mode as b12x >= 1.1 reads it, and vLLM as VLLM_PCIE_DMA_FP8's fallback (the r12 chain and "
+        "r28 launchers export it too)",
         _wire,
         ("comm.dma_wire_mode",),
     ),
@@ -253,6 +267,27 @@ MANAGED: tuple[EnvSpec, ...] = (
         _when_pcie(lambda c: _opt_flag(c.comm.oneshot_push)),
         ("comm.oneshot_push",),
         B12X,
+    ),
+    EnvSpec(
+        "B12X_PCIE_TP2_REMOTE_PUSH",
+        "r32+: TP2 remote-push transport (eager slab grows 2-fold); the library's default is off",
+        _when_pcie(lambda c: _opt_flag(c.comm.oneshot_tp2_remote_push)),
+        ("comm.oneshot_tp2_remote_push",),
+        B12X_R32,
+    ),
+    EnvSpec(
+        "B12X_PCIE_TP4_REMOTE_PUSH",
+        "r32+: TP4 remote-push transport (eager slab grows 4-fold); the library's default is off",
+        _when_pcie(lambda c: _opt_flag(c.comm.oneshot_tp4_remote_push)),
+        ("comm.oneshot_tp4_remote_push",),
+        B12X_R32,
+    ),
+    EnvSpec(
+        "B12X_PCIE_TP8_OWNER_REDUCE",
+        "r32+: TP8 owner-reduce transport (eager slab grows 8-fold); the library's default is on",
+        _when_pcie(lambda c: _opt_flag(c.comm.oneshot_tp8_owner_reduce)),
+        ("comm.oneshot_tp8_owner_reduce",),
+        B12X_R32,
     ),
     EnvSpec(
         "VLLM_PCIE_ONESHOT_SINGLE_CHANNEL",
@@ -528,7 +563,9 @@ MANAGED_BY_NAME: dict[str, EnvSpec] = {spec.name: spec for spec in MANAGED}
 
 _ROUTE = "kernel route switch: picks a kernel, allocates nothing the ledger sizes"
 _SPARK_ROUTE = "SparkInfer " + _ROUTE
-_B12X_ROUTE = "b12x " + _ROUTE
+_B12X_ROUTE = (
+    "b12x " + _ROUTE + "; read by the B12X library (r29+) or vLLM's own b12x backends, never by SparkInfer"
+)
 _VLLM_ROUTE = "vLLM " + _ROUTE
 _TOOLCHAIN = "toolchain or process setting of the serving image (no GPU memory)"
 _HOST_PATH = "a cache directory on the host (host-derived path)"
@@ -641,6 +678,49 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
 #: The managed names of every stack, so a name that only another stack reads can be flagged.
 def names_for_stack(stack: Stack) -> frozenset[str]:
     return frozenset(spec.name for spec in MANAGED if stack in spec.stacks)
+
+
+# --- what each generation's library reads ------------------------------------------------------------
+
+#: glmlaunch/config/library_env.json: every SPARKINFER_* / B12X_* name each generation's library reads, with
+#: the file:line of the read in its tree (scripts/gen_library_env.py writes it from the recorded
+#: generations, tests/fixtures/generations/*.json; tests/ledger/test_generations.py re-records the trees)
+LIBRARY_ENV_FILE = "library_env.json"
+
+
+@lru_cache(maxsize=1)
+def _library_env() -> dict[str, dict[str, str]]:
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).with_name(LIBRARY_ENV_FILE)).read_text(encoding="utf-8"))
+    return {stack: dict(g["reads"]) for stack, g in data["generations"].items()}
+
+
+def library_reads(stack: str) -> dict[str, str]:
+    """The library-prefixed names the stack's library reads, each with where (``path:line`` in its tree)."""
+    return _library_env().get(stack, {})
+
+
+def generations_reading(name: str) -> tuple[str, ...]:
+    """The stacks whose library reads ``name``, in generation order."""
+    return tuple(s for s in STACKS if name in library_reads(s))
+
+
+def library_spelling(name: str, stack: str) -> str | None:
+    """The stack's own spelling of a library name written with the other library's prefix
+    (``SPARKINFER_FUSED_INDEXER`` on b12x-r32 -> ``B12X_FUSED_INDEXER``), when that library reads it."""
+    for prefix in LIBRARY_PREFIXES:
+        if name.startswith(prefix):
+            rest = name[len(prefix) :]
+            own = ("SPARKINFER_" if stack in SPARKINFER_STACKS else "B12X_") + rest
+            return own if own != name and own in library_reads(stack) else None
+    return None
+
+
+def stack_label(stack: str) -> str:
+    """``b12x-r29 (releases r29-r31)``; the lab row says it is no release."""
+    return f"{stack} ({'releases ' if stack in RELEASE_RANGES else ''}{releases_text(stack)})"
 
 
 def managed_env(config: DeploymentConfig) -> dict[str, str]:

@@ -20,7 +20,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from glmlaunch.config.registry import KNOWN_PASSTHROUGH, MANAGED_BY_NAME
+from glmlaunch.config.registry import (
+    KNOWN_PASSTHROUGH,
+    LIBRARY_PREFIXES,
+    MANAGED_BY_NAME,
+    VLLM_READS_LIBRARY_NAMES,
+    generations_reading,
+    library_reads,
+    library_spelling,
+    stack_label,
+)
+from glmlaunch.config.releases import SPARKINFER_STACKS, release_number, stack_of_release
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import KIB, format_size
 
@@ -28,10 +38,14 @@ Level = Literal["error", "warning", "note"]
 
 SUPPORTED_TP_DCP = frozenset({(4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4), (8, 8)})
 ONESHOT_WORLD_SIZES = frozenset({2, 4, 6, 8, 10})
+#: per generation (pcie_dcp_a2a.py SUPPORTED_WORLD_SIZES of each tree; the ledger's constants hold the same,
+#: tests/ledger/test_generations.py keeps them equal)
 DCP_A2A_WORLD_SIZES: dict[str, frozenset[int]] = {
-    "sparkinfer-r12": frozenset({2, 4, 8}),
+    "sparkinfer-r14": frozenset({2, 4, 8}),
     "sparkinfer-r28": frozenset({2, 4, 8}),
-    "b12x": frozenset({2, 4, 8, 9, 10, 12, 16}),
+    "b12x-r29": frozenset({2, 4, 8, 16}),
+    "b12x-r32": frozenset({2, 4, 8, 16}),
+    "b12x-1.5": frozenset({2, 4, 8, 9, 10, 12, 16}),
 }
 #: the EXL3 Trellis decode window the runtime uses when VLLM_EXL3_TRELLIS_MAX_M is unset (the appliance's
 #: entrypoint.sh L1459 and the release line's serve-gilded-gnosis.sh L43 both default it to 32)
@@ -550,11 +564,109 @@ def _env_errors(c: DeploymentConfig) -> Iterator[Finding]:
 def _env_stack(c: DeploymentConfig) -> Iterator[Finding]:
     for name, value in c.env.items():
         if name in MANAGED_BY_NAME and c.stack not in MANAGED_BY_NAME[name].stacks:
+            spelling = library_spelling(name, c.stack)
             yield Finding(
                 f"env.{name}",
                 f"the {c.stack} stack never reads this variable",
                 value,
-                hint="remove it, or switch `stack`",
+                hint=(f"{c.stack} reads {spelling}, which glmlaunch sets from "
+                      + " / ".join(MANAGED_BY_NAME[spelling].settings) if spelling in MANAGED_BY_NAME
+                      else f"its spelling on {c.stack} is {spelling}" if spelling
+                      else "remove it, or switch `stack`"),
+            )
+
+
+def _library_name(c: DeploymentConfig, name: str) -> str | None:
+    """Why the stack's library generation does not read a SPARKINFER_*/B12X_* name; None if it does."""
+    if name in library_reads(c.stack) or name in VLLM_READS_LIBRARY_NAMES:
+        return None
+    spark = c.stack in SPARKINFER_STACKS
+    if name.startswith("SPARKINFER_") and not spark:
+        return (
+            f"{stack_label(c.stack)} is B12X, which reads no SPARKINFER_* name "
+            "(B12X replaced every one at r29)"
+        )
+    if name in KNOWN_PASSTHROUGH:
+        # a knob the deployments export for vLLM's own b12x backends (vLLM reads some B12X_* names itself,
+        # e.g. B12X_MHC_MAX_TOKENS), which the release patches do not show in full
+        return None
+    if name.startswith("B12X_") and spark:
+        return f"{stack_label(c.stack)} is SparkInfer, whose library does not read {name}"
+    others = [s for s in generations_reading(name) if s != c.stack]
+    if others:
+        readers = ", ".join(map(stack_label, others))
+        return f"the {stack_label(c.stack)} library does not read it; {readers} " + (
+            "does" if len(others) == 1 else "do"
+        )
+    return "no library generation glmlaunch knows reads this name (a typo?)"
+
+
+@rule(
+    "env-library-generation",
+    "warning",
+    "env: SPARKINFER_*/B12X_* names the stack's library generation does not read",
+    "each generation's reads are recorded from its own tree (glmlaunch/config/library_env.json, "
+    "tests/fixtures/generations/); B12X from r29 reads no SPARKINFER_* name",
+)
+def _env_generation(c: DeploymentConfig) -> Iterator[Finding]:
+    for name, value in c.env.items():
+        if not name.startswith(LIBRARY_PREFIXES) or name in MANAGED_BY_NAME:
+            continue  # managed names: env-names / env-other-stack
+        why = _library_name(c, name)
+        if why is None:
+            continue
+        spelling = library_spelling(name, c.stack)
+        yield Finding(
+            f"env.{name}",
+            why,
+            value,
+            hint=f"its {c.stack} spelling is {spelling}" if spelling else "remove it, or switch `stack`",
+            inputs=("stack",),
+        )
+
+
+@rule(
+    "stack-release",
+    "warning",
+    "the library generation (stack) and the release it runs must agree",
+    "the release integration locks of local-inference-lab/blackwell-llm-docker@3dd078a: SparkInfer de04125 "
+    "through r16, SparkInfer 272a84bd+PR106+PR117 from r17 to r28, B12X from r29",
+)
+def _stack_release(c: DeploymentConfig) -> Iterator[Finding]:
+    release = c.release_effective
+    expected = stack_of_release(release)
+    if expected is None or c.stack == expected or c.stack == "b12x-1.5":
+        return
+    n = release_number(release)
+    if n is not None and n > 34:
+        return  # no tree read for it yet: stack_of_release's guess is not evidence
+    yield Finding(
+        "stack",
+        f"release {release} runs the {stack_label(expected)} library generation, not {c.stack}: the ledger "
+        "would size its pools with another generation's constants",
+        c.stack,
+        hint=f"--set stack={expected}",
+        inputs=("release", "vllm_version"),
+    )
+
+
+@rule(
+    "oneshot-topology-generation",
+    "note",
+    "the one-shot topology transports exist from B12X r32 (b12x-r32)",
+)
+def _topology(c: DeploymentConfig) -> Iterator[Finding]:
+    if c.stack == "b12x-r32":
+        return
+    for key in ("oneshot_tp2_remote_push", "oneshot_tp4_remote_push", "oneshot_tp8_owner_reduce"):
+        value = getattr(c.comm, key)
+        if value is not None:
+            yield Finding(
+                f"comm.{key}",
+                f"ignored: {stack_label(c.stack)} has no such transport (B12X r32-r34 reads it); nothing is "
+                "exported for it",
+                value,
+                inputs=("stack",),
             )
 
 

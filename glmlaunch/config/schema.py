@@ -28,7 +28,7 @@ from pydantic import (
 
 from glmlaunch import no_plugin_scan
 from glmlaunch.config.limits import MAX_CAPTURE_SIZE, MAX_TOKENS
-from glmlaunch.config.releases import StackName, release_of
+from glmlaunch.config.releases import STACK_ALIASES, STACKS, StackName, canonical_stack, release_of
 from glmlaunch.config.units import GIB, KIB, MIB, parse_size
 
 # The models below are built as the module runs: the scan stays off until the end of the module.
@@ -551,6 +551,27 @@ class CommSection(_Section):
     oneshot_push: bool | None = Field(
         False, description="one-shot push mode (the eager slab grows W-fold); null: not exported (off)"
     )
+    oneshot_tp2_remote_push: bool | None = Field(
+        None,
+        description=(
+            "b12x-r32: TP2 remote push (B12X_PCIE_TP2_REMOTE_PUSH; the eager slab grows 2-fold); null: not "
+            "exported (the library's default, off)"
+        ),
+    )
+    oneshot_tp4_remote_push: bool | None = Field(
+        None,
+        description=(
+            "b12x-r32: TP4 remote push (B12X_PCIE_TP4_REMOTE_PUSH; the eager slab grows 4-fold); null: not "
+            "exported (the library's default, off)"
+        ),
+    )
+    oneshot_tp8_owner_reduce: bool | None = Field(
+        None,
+        description=(
+            "b12x-r32: TP8 owner reduce (B12X_PCIE_TP8_OWNER_REDUCE; the eager slab grows 8-fold); null: "
+            "not exported (the library's default, on)"
+        ),
+    )
     dcp_a2a: bool = Field(True, description="the DCP all-to-all pools (used when parallel.dcp > 1)")
     dcp_a2a_max_tokens: int = Field(
         64, ge=0, le=MAX_TOKENS, description="0 = uncapped (staging sized from batched tokens)"
@@ -801,7 +822,15 @@ class DeploymentConfig(_Section):
     """The whole resolved deployment; built by ``resolve.resolve_config``."""
 
     description: str = Field("", description="one line saying what this profile is for")
-    stack: Stack = Field("sparkinfer-r12", description="library generation: decides env names and constants")
+    stack: Annotated[Stack, _accepts({"enum": [*STACKS, *STACK_ALIASES]})] = Field(
+        "sparkinfer-r14",
+        description=(
+            "kernel-library generation: sparkinfer-r14 (releases r12-r16), sparkinfer-r28 (r17-r28), "
+            "b12x-r29 (r29-r31), b12x-r32 (r32-r34), b12x-1.5 (PyPI 1.5.x, no release); decides the "
+            "environment names and the ledger's constants. sparkinfer-r12 and b12x are the earlier names "
+            "of sparkinfer-r14 and b12x-1.5"
+        ),
+    )
     runner: Runner = Field("v2", description="vLLM model runner: v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)")
     lmcache: bool = Field(False, description="LMCache host offload (forces expandable_segments off)")
     lmcache_config: LmcacheSection = Field(
@@ -847,6 +876,11 @@ class DeploymentConfig(_Section):
         description="extra environment, passed through (booleans become 1/0, numbers their text)",
     )
     vllm_args: list[str] = Field(default_factory=lambda: [], description="extra `vllm serve` arguments")
+
+    @field_validator("stack", mode="before")
+    @classmethod
+    def _stack_alias(cls, value: object) -> object:
+        return canonical_stack(value) if isinstance(value, str) else value
 
     @field_validator("env", mode="before")
     @classmethod

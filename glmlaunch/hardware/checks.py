@@ -38,9 +38,11 @@ PURPOSES: tuple[Purpose, ...] = ("serve", "preflight")
 
 #: Compute capabilities the kernels of each library stack are built for (docs/configuration.md §4).
 STACK_CAPABILITIES: dict[Stack, tuple[str, ...]] = {
-    "sparkinfer-r12": ("12.0", "12.1"),
+    "sparkinfer-r14": ("12.0", "12.1"),
     "sparkinfer-r28": ("12.0", "12.1"),
-    "b12x": ("12.0", "12.1"),
+    "b12x-r29": ("12.0", "12.1"),
+    "b12x-r32": ("12.0", "12.1"),
+    "b12x-1.5": ("12.0", "12.1"),
 }
 
 #: Relative difference between the real and the profile's memory total that still counts as "the same

@@ -292,17 +292,32 @@ def _assemble(
         d.note for d in drafts if d.name == "weights" and "differs from the calibrated" in d.note
     ]
     w, d = config.parallel.tp, config.parallel.dcp
+    sms = config.hardware.num_sms
+    oneshot_sms = k.oneshot_required_sms * k.max_concurrent_channels
+    dcp_sms = k.dcp_a2a_required_sms * k.max_concurrent_channels
     if config.comm.pcie_allreduce and w > 1 and w not in k.oneshot_world_sizes:
         notes.append(f"no one-shot pool: TP {w} is not a one-shot world size {k.oneshot_world_sizes}")
+    elif config.comm.pcie_allreduce and w > 1 and sms < oneshot_sms:
+        notes.append(
+            f"no one-shot pool and no DMA all-reduce: the {k.stack} pool needs {oneshot_sms} visible SMs "
+            f"({k.oneshot_required_sms} per grid x max_concurrent_channels {k.max_concurrent_channels}), "
+            f"hardware.num_sms is {sms}; vLLM falls back to PyNCCL all-reduce"
+        )
     if (
         config.comm.pcie_allreduce
         and w > 1
+        and sms >= oneshot_sms
         and not dma.built(config, k)
         and config.comm.dma_min_bytes is not None
     ):
         notes.append(f"no DMA all-reduce: TP {w} is not a DMA world size {k.dma_world_sizes}")
     if d > 1 and config.comm.dcp_a2a and d not in k.dcp_a2a_world_sizes:
         notes.append(f"no DCP A2A pool: DCP {d} is not a DCP A2A world size {k.dcp_a2a_world_sizes}")
+    elif d > 1 and config.comm.dcp_a2a and sms < dcp_sms:
+        notes.append(
+            f"no DCP A2A pool: the {k.stack} pool needs {dcp_sms} visible SMs ({k.dcp_a2a_required_sms} per "
+            f"grid x max_concurrent_channels {k.max_concurrent_channels}), hardware.num_sms is {sms}"
+        )
     return sized, latent, tuple(notes)
 
 

@@ -13,8 +13,10 @@ Everything here runs on a CPU-only machine:
 * ``plan_indexer_scratch`` (``device="cpu"``; the CPU planner counts 1 SM, so the fused route's two pack
   regions are re-sized for the configured SM count) and ``paged._plan_two_level_fold``.
 
-For the ``sparkinfer-r12`` stack the library's layout code runs with the sparkinfer constants passed in
-(signal sizes, merge-state words), since the two libraries share the layout shapes but not the constants.
+For every other stack (the release generations) the installed library's layout code runs with that
+generation's constants passed in (signal sizes, merge-state words, the eager shards the generation's rule
+gives), since b12x 1.5 shares the layout shapes with the release trees but not their constants; each
+generation's own code is compared with the built-in formulas by tests/ledger/test_generations.py.
 The b12x functions read a few ``B12X_*`` variables; :func:`_scoped_env` sets them from the configuration
 for the duration of one call and restores the caller's environment.
 """
@@ -37,8 +39,11 @@ from glmlaunch.config.registry import (
     B12X_PAGED_INDEX_SUPERTILE_K,
     B12X_PCIE_ONESHOT_PUSH,
 )
-from glmlaunch.ledger.constants import StackConstants
+from glmlaunch.ledger.constants import B12X_15, StackConstants
 from glmlaunch.ledger.context import align
+
+#: the stack whose constants the installed package itself supplies
+PYPI_STACK = B12X_15.stack
 
 _ENV_KEYS = (
     B12X_FUSED_INDEXER,
@@ -104,7 +109,7 @@ class B12xLayouts:
             indexer_fused_max_rows_glm32=int(fi._GLM32_FUSED_MAX_ROWS),
             indexer_fused_max_rows=int(fi.FUSED_MAX_ROWS),
         )
-        if k.stack == "b12x":
+        if k.stack == PYPI_STACK:
             lib_consts.update(
                 version=version,
                 oneshot_signal_bytes=int(o._SIGNAL_BYTES),
@@ -120,28 +125,27 @@ class B12xLayouts:
         self.constants = replace(k, source=self.describe_for(k), **lib_consts)
 
     def describe_for(self, k: StackConstants) -> str:
-        if k.stack == "b12x":
+        if k.stack == PYPI_STACK:
             return (
                 f"b12x {self.version} (imported): constants, layouts and plan_indexer_scratch "
                 "from the library"
             )
         return (
-            f"b12x {self.version} (imported) layout code with sparkinfer-r12 de04125 constants "
-            "(signal sizes, fused merge state) from the built-in table"
+            f"b12x {self.version} (imported) layout code with {k.stack} constants "
+            f"({k.tree.short()}: signal sizes, fused merge state, eager shards) from the built-in table"
         )
 
     def describe(self) -> str:
         return self.constants.source
 
-    def oneshot_slab_bytes(self, *, eager_bytes: int, world_size: int, push: bool) -> int:
+    def oneshot_slab_bytes(self, *, eager_bytes: int, world_size: int, push: bool, shards: int) -> int:
         o = self._mods["oneshot"]
         k = self.constants
-        if k.oneshot_topology_shards:
+        if k.oneshot_shard_rule == "pypi-1.5":
+            # the library's own transport policy decides (the ledger's ``shards`` is its formula for it)
             policy = o._transport_policy_contract()
             policy = (push, *policy[1:])
             shards = int(o._eager_storage_shards(world_size, policy))
-        else:
-            shards = world_size if push else 1
         fn = o.PCIeOneshotAllReduce.__dict__["_allocate_eager_channel_buffers"].__func__
         _SlabRecorder.sizes = []
         fn(
@@ -296,7 +300,7 @@ def _modules() -> dict[str, Any] | None:
     }
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def load(k: StackConstants) -> B12xLayouts | None:
     """The bridge for stack constants ``k``, or None when b12x cannot be imported."""
     mods = _modules()

@@ -14,7 +14,7 @@ capture pass grows torch's reserve by 22 MiB = this 2 MiB segment + the 20 MiB `
 
 from __future__ import annotations
 
-from glmlaunch.ledger import dcp_a2a
+from glmlaunch.ledger import dcp_a2a, oneshot
 from glmlaunch.ledger.channels import plan_for
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 from glmlaunch.ledger.footprint import TORCH_BLOCK
@@ -25,11 +25,10 @@ EXCHANGE_BLOCKS = 2
 
 def entries(ctx: Context) -> list[Draft]:
     cfg, k = ctx.config, ctx.k
-    w = cfg.parallel.tp
     pools = []
-    if cfg.comm.pcie_allreduce and w >= 2 and w in k.oneshot_world_sizes:
+    if oneshot.built(ctx):
         pools.append("one-shot")
-    if dcp_a2a.built(cfg, k.dcp_a2a_world_sizes):
+    if dcp_a2a.built(cfg, k):
         pools.append("DCP A2A")
     if not pools:
         return []
@@ -79,4 +78,6 @@ def key(ctx: Context) -> tuple[object, ...]:
         cfg.mtp,
         bool(ctx.capture_sizes),
         cfg.memory.estimate_cudagraphs,
+        cfg.cudagraph.mode,
+        cfg.hardware.num_sms,
     )

@@ -18,6 +18,16 @@ pool closes; vLLM enters one capture context per cudagraph-manager pass, not per
   KV sizing is ``unbudgeted``.
 * No CUDA graphs (``cudagraph.mode: NONE``): only the eager channel.
 * ``single_channel=True``: one channel serves eager and every capture.
+
+From vLLM PR 216 (the r17+ images: SparkInfer r17-r28 and every B12X release; ``semantic`` below) the
+channels are named per pass and made once per name: ``vllm:eager:allreduce`` / ``vllm:eager:dcp``, then
+``vllm:target:{profile,production}`` and the draft's passes. The V2 counts are unchanged: every
+profile pass (target, and the draft's prefill/decode with MTP) is checkpointed and rolled back, leaving
+cached torch blocks (one residue group, as before). The V1 runner rolls its profiling passes back too (nothing
+leaks any more) and gives the drafter its own production channel (``vllm:draft:production``) when the
+capture modes include PIECEWISE; V1's production channels are made after the KV cache is sized, so
+they stay ``unbudgeted``. ``max_concurrent_channels=2``, which vLLM passes from r17, is a check that two
+worker grids can be resident (SMs), not a cap on live channels.
 """
 
 from __future__ import annotations
@@ -64,6 +74,8 @@ def channel_plan(
     single_channel: bool,
     estimate_cudagraphs: bool,
     eager_lifetime: Lifetime,
+    semantic: bool = False,
+    piecewise: bool = True,
 ) -> ChannelPlan:
     eager = ChannelGroup("eager", 1, eager_lifetime, "the warm channel every pool creates for eager calls")
     if single_channel:
@@ -71,6 +83,8 @@ def channel_plan(
     if not graphs:
         return ChannelPlan((eager,), "cudagraph mode NONE: no capture passes")
     capture_lifetime: Lifetime = "graph-estimated" if estimate_cudagraphs else "unbudgeted"
+    if semantic:
+        return _semantic_plan(runner, mtp, piecewise, estimate_cudagraphs, eager, capture_lifetime)
     if runner == "v2":
         passes = 1 + (1 if mtp >= 1 else 0) + (1 if mtp > 1 else 0)
         names = (
@@ -110,6 +124,58 @@ def channel_plan(
     return ChannelPlan((eager, leaked, production), "V1: 1 eager + 1 leaked profiling + 1 production")
 
 
+def _semantic_plan(
+    runner: str,
+    mtp: int,
+    piecewise: bool,
+    estimate_cudagraphs: bool,
+    eager: ChannelGroup,
+    capture_lifetime: Lifetime,
+) -> ChannelPlan:
+    """vLLM PR 216 (r17+): one channel per named pass; profile passes rolled back on both runners."""
+    if runner == "v2":
+        ids = ["vllm:target:{}"]
+        if mtp >= 1:
+            ids.append("vllm:draft:prefill:{}")
+        if mtp > 1:
+            ids.append("vllm:draft:decode:{}")
+        production_lifetime = capture_lifetime
+        production_why = (
+            "V2 production passes: " + ", ".join(i.format("production") for i in ids)
+            + ("" if estimate_cudagraphs else "; graph estimate off, so no budget term covers them")
+        )
+    else:
+        # V1 gives the drafter its own passes only when a PIECEWISE capture needs them
+        # (_captures_independent_drafter_graphs); its production passes follow the KV sizing.
+        ids = ["vllm:target:{}"] + (["vllm:draft:{}"] if mtp >= 1 and piecewise else [])
+        production_lifetime = "unbudgeted"
+        production_why = (
+            "V1 production passes, made after the KV cache is sized: "
+            + ", ".join(i.format("production") for i in ids)
+        )
+    passes = len(ids)
+    # One cached segment for the whole profile phase, as measured for the r12 library: the qualified r28
+    # 3.42 bpw shape (2,032 pinned blocks, served) leaves no room for one per profile pass
+    # (docs/memory-model.md §10 says what is open there).
+    residue = ChannelGroup(
+        "profiling-residue",
+        1,
+        "profiled",
+        f"{runner.upper()} profile passes ({', '.join(i.format('profile') for i in ids)}), checkpointed and "
+        "rolled back: their channels close (IPC slabs returned) but the torch blocks they used stay cached "
+        "on the profile phase's stream, which nothing uses again",
+        stream="profiling-residue",
+        rolled_back=True,
+    )
+    production = ChannelGroup("capture", passes, production_lifetime, production_why, stream="capture")
+    return ChannelPlan(
+        (eager, residue, production),
+        f"{runner.upper()}, MTP {mtp}, named channels (vLLM PR 216): 1 eager + {passes} production "
+        "(+ the rolled-back profile phase's cached torch blocks); max_concurrent_channels=2 checks SM "
+        "residency, it does not cap live channels",
+    )
+
+
 #: the role (and stream family) of what the rolled-back V2 profiling pass leaves behind
 ROLLED_BACK_ROLE = "profiling-residue"
 
@@ -136,4 +202,11 @@ def plan_for(ctx: Context, eager_lifetime: Lifetime) -> ChannelPlan:
         single_channel=bool(cfg.comm.single_channel),
         estimate_cudagraphs=cfg.memory.estimate_cudagraphs,
         eager_lifetime=eager_lifetime,
+        semantic=ctx.k.semantic_channels,
+        piecewise=cfg.cudagraph.mode in PIECEWISE_MODES,
     )
+
+
+#: cudagraph modes whose capture descriptors include PIECEWISE runtime graphs (where V1 gives the MTP
+#: drafter a pass of its own, r17+)
+PIECEWISE_MODES = frozenset({"PIECEWISE", "FULL_AND_PIECEWISE"})

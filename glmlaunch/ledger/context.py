@@ -18,7 +18,7 @@ class LibraryLayouts(Protocol):
 
     name: str
 
-    def oneshot_slab_bytes(self, *, eager_bytes: int, world_size: int, push: bool) -> int: ...
+    def oneshot_slab_bytes(self, *, eager_bytes: int, world_size: int, push: bool, shards: int) -> int: ...
 
     def dcp_a2a_slab_bytes(
         self, *, world_size: int, max_batch_size: int, total_heads: int, head_dim: int, query_head_dim: int

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.channels import plan_for
+from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import Context, Draft, a256, fmt_int
 from glmlaunch.ledger.model import Origin
+from glmlaunch.ledger.oneshot import resident
 
 
 def max_batch_size(cfg: DeploymentConfig) -> int:
@@ -29,13 +31,19 @@ def slab_bytes(*, signal_bytes: int, batch: int, heads: int, head_dim: int, quer
     )
 
 
-def built(cfg: DeploymentConfig, world_sizes: tuple[int, ...]) -> bool:
-    return cfg.parallel.dcp > 1 and cfg.comm.dcp_a2a and cfg.parallel.dcp in world_sizes
+def built(cfg: DeploymentConfig, k: StackConstants) -> bool:
+    """DCP > 1 with the A2A pools on, a supported world size, and (r17+) the SM residency check passed."""
+    return (
+        cfg.parallel.dcp > 1
+        and cfg.comm.dcp_a2a
+        and cfg.parallel.dcp in k.dcp_a2a_world_sizes
+        and resident(k.dcp_a2a_required_sms, k.max_concurrent_channels, cfg.hardware.num_sms)
+    )
 
 
 def entries(ctx: Context) -> list[Draft]:
     cfg, k = ctx.config, ctx.k
-    if not built(cfg, k.dcp_a2a_world_sizes):
+    if not built(cfg, k):
         return []
     w = cfg.parallel.dcp
     g = cfg.model.geometry
@@ -101,4 +109,6 @@ def key(ctx: Context) -> tuple[object, ...]:
         cfg.mtp,
         bool(ctx.capture_sizes),
         cfg.memory.estimate_cudagraphs,
+        cfg.cudagraph.mode,
+        cfg.hardware.num_sms,
     )

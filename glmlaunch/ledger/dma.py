@@ -1,6 +1,7 @@
 """DMA ring all-reduce (``DmaAllReduce``): IPC ring slab, counters, and the compressed-wire fp8 stage.
 
-``max_bytes = max_num_batched_tokens * hidden_size * 2`` (bf16 sizing in the r12 tree).
+``max_bytes = max_num_batched_tokens * hidden_size * 2`` (bf16 sizing in vLLM's ``CustomAllreduce`` of every
+generation, r12 to r34).
 Slab = ``FLAG_SLOTS * FLAG_STRIDE + 2(W-1) * A256(ceil(max_bytes / W))``; the stage exists only on a
 compressed wire: ``W * A256(e + floor(e/128)*4)``, ``e = floor(max_bytes / 2 / W)``.
 """
@@ -11,6 +12,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.constants import StackConstants
 from glmlaunch.ledger.context import Context, Draft, align, fmt_int
 from glmlaunch.ledger.model import Origin
+from glmlaunch.ledger.oneshot import resident
 
 ITEMSIZE_BF16 = 2
 
@@ -49,6 +51,10 @@ def compressed_slot_bytes(k: StackConstants, mb: int, w: int) -> int:
 def built(cfg: DeploymentConfig, k: StackConstants) -> bool:
     w = cfg.parallel.tp
     if not cfg.comm.pcie_allreduce or cfg.comm.dma_min_bytes is None or w < k.dma_min_world_size:
+        return False
+    # vLLM makes the DMA object after the one-shot pool; when the one-shot pool fails its residency check
+    # (r17+) CustomAllreduce falls back to PyNCCL and returns before the DMA (custom_all_reduce.py)
+    if not resident(k.oneshot_required_sms, k.max_concurrent_channels, cfg.hardware.num_sms):
         return False
     return k.dma_world_sizes is None or w in k.dma_world_sizes
 
@@ -135,4 +141,5 @@ def key(ctx: Context) -> tuple[object, ...]:
         c.dma_wire_mode,
         cfg.scheduler.max_num_batched_tokens,
         cfg.model.geometry.hidden_size,
+        cfg.hardware.num_sms,  # the one-shot pool's residency check decides whether vLLM builds the DMA
     )

@@ -50,7 +50,8 @@ def fused_allowed(
         return False
     if max(-(-heads // _Q_HEAD_TILE), 1) not in (1, 2, 4):
         return False
-    if topk == 512 and heads in (32, 64):
+    # the C4 rule (resolve_fused_indexer_path): 64 heads in every release tree, 32 or 64 in PyPI b12x 1.5
+    if topk == 512 and heads in k.indexer_fused_c4_heads:
         return cc in ((12, 0), (12, 1)) and rows <= 16
     if topk == 2048 and heads == 32:
         return rows <= k.indexer_fused_max_rows_glm32

@@ -2,9 +2,10 @@
 
 Slab (docs/memory-model.md §2 #1): ``A256(S1) + A256(E') + E'`` with ``E' = E * shards``; vLLM passes
 ``E = max(VLLM_PCIE_ONESHOT_ALLREDUCE_MAX_SIZE, VLLM_PCIE_ONESHOT_FUSED_ADD_RMS_NORM_MAX_SIZE, 16)``.
-On sparkinfer r12 the eager slot holds one shard per source rank only in push mode; b12x 1.5 also
-reserves them by default on its topology transports (TP2 plain peer-push adds 2 incoming shards, TP8
-owner-reduce uses W shards).
+Up to B12X r29-r31 the eager slot holds one shard per source rank only in push mode; from r32 also under
+the topology transports (TP2/TP4 remote push on opt-in, TP8 owner reduce by default:
+``_uses_sharded_eager_storage``, pcie_oneshot.py:135-148 at cd3ce190); b12x 1.5 reserves them by default
+on its own transports (TP2 plain peer-push adds 2 incoming shards, TP8 owner-reduce uses W shards).
 
 Each capture pass's ``rank_data`` is made on the pass's own stream, so it opens a 20 MiB segment of its own
 (measured on 2x H200 with the real r12 library: 22 MiB of torch reserve per pass with the handle exchange,
@@ -20,12 +21,61 @@ from glmlaunch.ledger.context import Context, Draft, align, fmt_int
 from glmlaunch.ledger.model import Origin
 
 
-def eager_shards(k: StackConstants, world_size: int, push: bool) -> int:
-    if not k.oneshot_topology_shards:
+def eager_shards(
+    k: StackConstants,
+    world_size: int,
+    push: bool,
+    *,
+    tp2_remote_push: bool | None = None,
+    tp4_remote_push: bool | None = None,
+    tp8_owner_reduce: bool | None = None,
+) -> int:
+    """Shards of the one-shot eager slot; a topology flag left None takes the library's default."""
+    if k.oneshot_shard_rule == "push":
         return world_size if push else 1
-    # b12x defaults: TP2 plain remote push on, TP8 owner reduce on, TP2/TP4 fused remote push off.
+    if k.oneshot_shard_rule == "push+topology":
+        # r32+ defaults (pcie_oneshot.py:117-132 at cd3ce190): TP2/TP4 remote push off, TP8 owner reduce on
+        sharded = push or (
+            (world_size == 2 and bool(tp2_remote_push))
+            or (world_size == 4 and bool(tp4_remote_push))
+            or (world_size == 8 and (tp8_owner_reduce is None or tp8_owner_reduce))
+        )
+        return world_size if sharded else 1
+    # b12x 1.5 defaults: TP2 plain remote push on, TP8 owner reduce on, TP2/TP4 fused remote push off.
     base = world_size if (push or world_size == 8) else 1
     return base + (2 if world_size == 2 else 0)
+
+
+def config_shards(ctx: Context) -> int:
+    """:func:`eager_shards` under the context's configuration and generation."""
+    c = ctx.config.comm
+    return eager_shards(
+        ctx.k,
+        ctx.config.parallel.tp,
+        bool(c.oneshot_push),
+        tp2_remote_push=c.oneshot_tp2_remote_push,
+        tp4_remote_push=c.oneshot_tp4_remote_push,
+        tp8_owner_reduce=c.oneshot_tp8_owner_reduce,
+    )
+
+
+def resident(required_sms: int, max_concurrent_channels: int, num_sms: int) -> bool:
+    """Whether a pool's residency check passes: ``required x max_concurrent_channels`` visible SMs
+    (``_require_full_grid_residency``, r17+); a generation without the check has required_sms 0."""
+    return num_sms >= required_sms * max_concurrent_channels
+
+
+def built(ctx: Context) -> bool:
+    """Whether vLLM builds the one-shot pool (and with it the DMA all-reduce): the PCIe all-reduce on, a
+    supported world size, and (r17+) the residency check passed; otherwise vLLM falls back to PyNCCL."""
+    cfg, k = ctx.config, ctx.k
+    w = cfg.parallel.tp
+    return (
+        cfg.comm.pcie_allreduce
+        and w >= 2
+        and w in k.oneshot_world_sizes
+        and resident(k.oneshot_required_sms, k.max_concurrent_channels, cfg.hardware.num_sms)
+    )
 
 
 def slab_bytes(*, signal_bytes: int, eager_bytes: int, shards: int, ipc_align: int = 256) -> int:
@@ -36,13 +86,13 @@ def slab_bytes(*, signal_bytes: int, eager_bytes: int, shards: int, ipc_align: i
 def entries(ctx: Context) -> list[Draft]:
     cfg, k = ctx.config, ctx.k
     w = cfg.parallel.tp
-    if not cfg.comm.pcie_allreduce or w < 2 or w not in k.oneshot_world_sizes:
+    if not built(ctx):
         return []
     e = cfg.comm.oneshot_eager_bytes
     push = bool(cfg.comm.oneshot_push)
-    shards = eager_shards(k, w, push)
+    shards = config_shards(ctx)
     if ctx.lib is not None:
-        slab = ctx.lib.oneshot_slab_bytes(eager_bytes=e, world_size=w, push=push)
+        slab = ctx.lib.oneshot_slab_bytes(eager_bytes=e, world_size=w, push=push, shards=shards)
         origin: Origin = "library"
     else:
         slab = slab_bytes(
@@ -148,9 +198,14 @@ def key(ctx: Context) -> tuple[object, ...]:
         c.oneshot_allreduce_max_size,  # both appear in the formula text, not only their max E
         c.oneshot_fused_max_size,
         c.oneshot_push,
+        c.oneshot_tp2_remote_push,
+        c.oneshot_tp4_remote_push,
+        c.oneshot_tp8_owner_reduce,
         c.single_channel,
         cfg.runner,
         cfg.mtp,
         bool(ctx.capture_sizes),
         cfg.memory.estimate_cudagraphs,
+        cfg.cudagraph.mode,
+        cfg.hardware.num_sms,
     )

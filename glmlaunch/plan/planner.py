@@ -22,6 +22,7 @@ from glmlaunch.config.units import parse_size_option
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.model import PHASES, Entry, Ledger, RuntimeDemand
 from glmlaunch.ledger.verdict import Verdict, judge
 
@@ -186,10 +187,59 @@ class RankDoc(_Doc):
     device_bytes_by_lifetime: dict[str, int]
 
 
+class GenerationDoc(_Doc):
+    stack: str
+    releases: str
+    library: str
+    repo: str
+    tree: str
+    commit: str | None
+    base: str | None
+    pull_requests: list[str]
+    patch: str | None
+    patch_sha256: str | None
+    pypi: str | None
+    semantic_channels: bool
+
+
 class LibraryDoc(_Doc):
     source: str
     stack: str
     constants: str
+    # Added in version 1 (compatible).
+    generation: GenerationDoc | None = Field(
+        None,
+        description=(
+            "the kernel-library generation the constants were read from: its releases, tree and commit (or "
+            "base + pull requests + integration patch), and whether vLLM names its channels per pass"
+        ),
+    )
+
+
+def generation_line(k: StackConstants) -> str:
+    """The plan header's citation: ``sparkinfer-r28 (r17-r28): <repo> tree 200c1db7 = …; <channel model>``."""
+    named = "one channel per named pass (vLLM PR 216)"
+    channels = named if k.semantic_channels else "a new channel per capture() call"
+    return f"{k.stack} ({k.releases}): {k.tree.short()}; {channels}"
+
+
+def generation_doc(stack: str) -> GenerationDoc:
+    k = for_stack(stack)
+    t = k.tree
+    return GenerationDoc(
+        stack=k.stack,
+        releases=k.releases,
+        library=k.library,
+        repo=t.repo,
+        tree=t.tree,
+        commit=t.commit,
+        base=t.base,
+        pull_requests=list(t.pull_requests),
+        patch=t.patch,
+        patch_sha256=t.patch_sha256,
+        pypi=t.pypi,
+        semantic_channels=k.semantic_channels,
+    )
 
 
 class BudgetDoc(_Doc):
@@ -458,7 +508,12 @@ def plan_document(result: PlanResult) -> PlanDoc:
         profile=result.resolved.profile_name,
         overrides=list(result.resolved.overrides),
         settings=settings_doc(result.config),
-        library=LibraryDoc(source=ledger.library, stack=ledger.stack, constants=ledger.constants_source),
+        library=LibraryDoc(
+            source=ledger.library,
+            stack=ledger.stack,
+            constants=ledger.constants_source,
+            generation=generation_doc(ledger.stack),
+        ),
         ranks=ranks,
         latent=[entry_doc(e) for e in ledger.latent],
         notes=list(ledger.notes),

@@ -18,10 +18,11 @@ from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.units import format_size
 from glmlaunch.errors import MarginError
 from glmlaunch.ledger.budget import Budget
+from glmlaunch.ledger.constants import for_stack
 from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger, RuntimeDemand
 from glmlaunch.output import fit, mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
-from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, plan_document
+from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, generation_line, plan_document
 
 if TYPE_CHECKING:
     # audit and diff are imported by their own commands; `plan` does not load them
@@ -325,6 +326,7 @@ def render_plan(
     else:
         width = terminal_width()
         out_console.print(Text(title, style="bold"))
+        out_console.print(Text(f"generation: {generation_line(for_stack(ledger.stack))}", style="dim"))
         out_console.print(Text(f"constants: {ledger.constants_source}", style="dim"))
         if result.calibration_message:
             out_console.print(Text(f"calibration: {result.calibration_message}", style="dim"))

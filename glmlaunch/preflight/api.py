@@ -21,6 +21,7 @@ from glmlaunch.config.registry import CUDA_HOME, managed_env
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, HardwareError, NoGpuError
 from glmlaunch.ledger.channels import stream_family
+from glmlaunch.ledger.constants import for_stack
 from glmlaunch.ledger.model import Ledger
 from glmlaunch.preflight.launcher import LaunchOutcome, LaunchRequest, launch
 from glmlaunch.preflight.types import (
@@ -134,10 +135,25 @@ def choose_backend(
             )
         return BackendDecision("sparkinfer", f"stack {config.stack} and sparkinfer + nvcc are available")
     if importlib.util.find_spec("b12x") is None:
-        return BackendDecision("replay", "stack b12x but the b12x package is not importable")
+        return BackendDecision("replay", f"stack {config.stack} but the b12x package is not importable")
+    wanted = for_stack(config.stack).tree.pypi
+    installed = _b12x_version()
+    if wanted is not None and wanted != f"b12x=={installed}":
+        return BackendDecision(
+            "replay", f"stack {config.stack} is {wanted}, but the installed b12x is {installed}"
+        )
     if capability is not None and not capability.startswith("12."):
         return BackendDecision("replay", f"b12x kernels target sm120/sm121; these GPUs are sm{capability}")
-    return BackendDecision("b12x", "stack b12x and the b12x package is importable on sm12x")
+    return BackendDecision("b12x", f"stack {config.stack} and b12x {installed} is importable on sm12x")
+
+
+def _b12x_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("b12x")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _snapshot(environ: Mapping[str, str]) -> tuple[tuple[GpuSnapshot, ...], str | None, str | None]:

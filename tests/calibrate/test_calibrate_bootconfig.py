@@ -102,7 +102,7 @@ MTP3: dict[str, object] = {
     "speculative.rejection_sample_method": "standard",
 }
 #: the r14 build names its release: the r14 SparkInfer generation
-R14 = {"release": "r14", "stack": "sparkinfer-r12"}
+R14 = {"release": "r14", "stack": "sparkinfer-r14"}
 CAP1024 = {
     "scheduler.max_num_batched_tokens": 3072,
     "scheduler.max_num_seqs": 1,

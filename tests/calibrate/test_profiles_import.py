@@ -66,7 +66,7 @@ def test_import_gives_back_the_boots_flags(name: str, tmp_path: Path) -> None:
     version = parse_boot_config(log.read_text(encoding="utf-8")).vllm_version or ""
     if version.endswith(".r14"):
         config = glmlaunch_config(tmp_path / "p.yaml")
-        assert config["stack"] == "sparkinfer-r12" and config["release"] == "r14"
+        assert config["stack"] == "sparkinfer-r14" and config["release"] == "r14"
 
     done = glmlaunch("args", "-p", "p.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -45,7 +45,7 @@ def test_error_is_one_line_exit_2_no_traceback(clean_env: dict[str, str]) -> Non
     assert res.stderr.strip().splitlines() == [
         "error: parallel.dcp: decode context parallel size must divide tp=4; got 3; allowed: 1, 2, 4; "
         "from cli --set parallel.dcp",
-        "error: parallel.dcp: the sparkinfer-r12 DCP all-to-all supports no such world size; got 3; "
+        "error: parallel.dcp: the sparkinfer-r14 DCP all-to-all supports no such world size; got 3; "
         "allowed: 2, 4, 8; from cli --set parallel.dcp",
     ]
 

@@ -73,10 +73,16 @@ def test_env_one_knob_every_name_the_generation_exports() -> None:
     # the r28 appliance exports the supertile under both names
     r28 = managed_env(resolve_config("turnkey", environ={}).config)
     assert r28["SPARKINFER_PAGED_INDEX_SUPERTILE_K"] == r28["B12X_PAGED_INDEX_SUPERTILE_K"] == "32768"
-    # B12X (r29+) reads no SPARKINFER_ name
-    b12x = managed_env(resolve_config("turnkey", ["stack=b12x"], environ={}).config)
-    assert b12x["B12X_PCIE_DMA_FP8"] == "0" and b12x["B12X_PAGED_INDEX_SUPERTILE_K"] == "32768"
-    assert not any(name.startswith("SPARKINFER_") for name in b12x)
+    # B12X (r29+) reads no SPARKINFER_ name; `b12x`, the earlier name of the PyPI 1.5 row, still resolves
+    topology = ["comm.oneshot_tp2_remote_push=true", "comm.oneshot_tp8_owner_reduce=false"]
+    for stack in ("b12x-r29", "b12x-r32", "b12x"):
+        b12x = managed_env(resolve_config("turnkey", [f"stack={stack}", *topology], environ={}).config)
+        assert b12x["B12X_PCIE_DMA_FP8"] == "0" and b12x["B12X_PAGED_INDEX_SUPERTILE_K"] == "32768"
+        assert not any(name.startswith("SPARKINFER_") for name in b12x)
+        # the r32 topology transports are exported where the library reads them, and only there
+        r32 = {"B12X_PCIE_TP2_REMOTE_PUSH": "1", "B12X_PCIE_TP8_OWNER_REDUCE": "0"}
+        expected = r32 if stack == "b12x-r32" else {}
+        assert {n: v for n, v in b12x.items() if n.startswith("B12X_PCIE_TP")} == expected
 
 
 def test_env_follows_settings() -> None:

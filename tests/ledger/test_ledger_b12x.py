@@ -1,6 +1,8 @@
 """The built-in formulas give the installed b12x library's answers over a grid of shapes.
 
-Marked ``b12x``; skipped when b12x cannot be imported (it is installed in the venv and in CI). The
+The installed b12x is PyPI 1.5.1, the ``b12x-1.5`` lab row, which no release runs; every release
+generation is proven against its own tree in ``test_generations.py``. Marked ``b12x``; skipped when b12x
+cannot be imported (it is installed in the venv and in CI). The
 library's layout functions and planners run on a CPU-only machine; the CPU planner counts one SM, so
 the fused-route comparisons pass ``num_sms=1`` to the built-in formula.
 """
@@ -18,7 +20,7 @@ import pytest
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger, dcp_a2a, fold, indexer, oneshot, topk_exchange
-from glmlaunch.ledger.constants import B12X_15, SPARKINFER_R12
+from glmlaunch.ledger.constants import B12X_15, SPARKINFER_R14
 
 pytestmark = pytest.mark.b12x
 
@@ -123,7 +125,7 @@ def test_oneshot_slab(w: int, push: bool, eager: int) -> None:
     policy = (push, *lib_oneshot._transport_policy_contract()[1:])
     assert shards == lib_oneshot._eager_storage_shards(w, policy)
     builtin = oneshot.slab_bytes(signal_bytes=K.oneshot_signal_bytes, eager_bytes=eager, shards=shards)
-    assert builtin == BRIDGE.oneshot_slab_bytes(eager_bytes=eager, world_size=w, push=push)
+    assert builtin == BRIDGE.oneshot_slab_bytes(eager_bytes=eager, world_size=w, push=push, shards=shards)
 
 
 INDEXER_GRID: list[tuple[Any, ...]] = [
@@ -250,7 +252,7 @@ def test_two_level_fold(rows: int, width: int, st_pages: int, physical: bool, mo
 
 
 @pytest.mark.parametrize("profile", ["gate", "turnkey", "r12-exl3"])
-@pytest.mark.parametrize("stack", ["sparkinfer-r12", "b12x"])
+@pytest.mark.parametrize("stack", ["sparkinfer-r14", "sparkinfer-r28", "b12x-r32", "b12x-1.5"])
 def test_whole_ledger_builtin_equals_library(profile: str, stack: str) -> None:
     config = resolve_config(profile, [f"stack={stack}", "dcp_policy.query_split=true"]).config
     builtin = build_ledger(config)
@@ -266,9 +268,10 @@ def test_whole_ledger_builtin_equals_library(profile: str, stack: str) -> None:
 
 
 def test_sparkinfer_stack_keeps_its_own_signal_constants_under_the_bridge() -> None:
-    bridge = b12x_bridge.load(SPARKINFER_R12)
+    bridge = b12x_bridge.load(SPARKINFER_R14)
     assert bridge.constants.dcp_a2a_signal_bytes == 133_120
     assert bridge.constants.indexer_fused_merge_state_bytes_per_row == 3088
+    assert "sparkinfer-r14" in bridge.describe() and "de04125508c7" in bridge.describe()
 
 
 def test_indexer_grid_covers_every_route_and_chunking() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from glmlaunch.config.releases import STACKS
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger import build_ledger, clear_caches
@@ -36,7 +37,9 @@ KNOBS: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("indexer", "fold_max_mib"): st.sampled_from([64, 256]),
     ("indexer", "supertile_k"): st.sampled_from([8192, 32768]),
     ("dcp_policy", "query_split"): st.sampled_from([None, True, False]),
-    ("hardware", "num_sms"): st.sampled_from([188, 170]),
+    # below 128 / 72 SMs the r17+ pools fail their residency check (no DCP A2A, then no one-shot/DMA)
+    ("hardware", "num_sms"): st.sampled_from([188, 170, 100, 64]),
+    ("cudagraph", "mode"): st.sampled_from(["FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"]),
     ("memory.allocator", "expandable_segments"): st.booleans(),
 }
 
@@ -67,6 +70,9 @@ def configs(draw: st.DrawFn) -> DeploymentConfig:
         config = config.model_copy(update={section: sub})
     if draw(st.booleans()):
         config = config.model_copy(update={"runner": draw(st.sampled_from(["v1", "v2"]))})
+    if draw(st.booleans()):
+        # the library generation changes constants, channel model, residency and shard rule
+        config = config.model_copy(update={"stack": draw(st.sampled_from(list(STACKS)))})
     if draw(st.booleans()):
         config = config.model_copy(
             update={"parallel": config.parallel.model_copy(update={"dcp": draw(st.sampled_from([1, 2, 4]))})}

@@ -8,7 +8,7 @@ from conftest import SEED_TURNKEY
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger, dcp_a2a, dma, oneshot
 from glmlaunch.ledger.budget import compute_budget
-from glmlaunch.ledger.constants import B12X_15, SPARKINFER_R12
+from glmlaunch.ledger.constants import B12X_15, SPARKINFER_R14
 from glmlaunch.ledger.footprint import Packer, torch_single, transient_peak
 from glmlaunch.ledger.model import Ledger
 
@@ -45,7 +45,7 @@ def test_oneshot_b12x_topology_shards() -> None:
     assert oneshot.eager_shards(B12X_15, 4, push=False) == 1
     assert oneshot.eager_shards(B12X_15, 8, push=False) == 8
     assert oneshot.eager_shards(B12X_15, 4, push=True) == 4
-    assert oneshot.eager_shards(SPARKINFER_R12, 8, push=False) == 1
+    assert oneshot.eager_shards(SPARKINFER_R14, 8, push=False) == 1
 
 
 def test_dma_entries() -> None:
@@ -63,8 +63,8 @@ def test_dma_measured_h200_sizes() -> None:
     # The 2x H200 measurement: max_bytes 37,748,736 (3072 tokens, W = 2)
     mb = dma.max_bytes(3072, 6144)
     assert mb == 37_748_736
-    assert dma.slab_bytes(SPARKINFER_R12, mb, 2) == 37_781_504
-    assert dma.stage_bytes(SPARKINFER_R12, mb, 2) == 19_464_192
+    assert dma.slab_bytes(SPARKINFER_R14, mb, 2) == 37_781_504
+    assert dma.stage_bytes(SPARKINFER_R14, mb, 2) == 19_464_192
 
 
 def test_dcp_a2a_measured_h200_size() -> None:

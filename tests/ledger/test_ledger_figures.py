@@ -14,11 +14,11 @@ from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger, dcp_a2a, dma, fold, indexer, paged_logits
-from glmlaunch.ledger.constants import SEED_DCP_A2A_SIGNAL_BYTES, SPARKINFER_R12
+from glmlaunch.ledger.constants import SEED_DCP_A2A_SIGNAL_BYTES, SPARKINFER_R14
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-K = SPARKINFER_R12
+K = SPARKINFER_R14
 
 
 def mib(n: int) -> float:

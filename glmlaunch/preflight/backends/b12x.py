@@ -1,11 +1,13 @@
 """The b12x generation's pools, through b12x's public classes (``b12x.comm.pcie``).
 
-Same call sequence as the r12 backend (see ``sparkinfer.py``), in b12x's vocabulary: distributed pools
-name their channels, so the eager channel is prepared collectively (``prepare_channels(("eager",))``)
-and used with ``for_stream(channel_id="eager")``, and every capture pass enters
-``capture(stream, channel_id="capture.<pass>")``; V2's profiling pass is checkpointed and rolled back
-(b12x checkpoints are 4-tuples), V1's leaks. Teardown: ``rollback_channels`` to the checkpoint taken
-when the pool was made (a coordinated close), then ``close()``.
+Same call sequence as the SparkInfer backend of r17+ (see ``sparkinfer.py``), which every B12X release's
+vLLM makes (PR 216): distributed pools name their channels, so the eager channels are prepared
+collectively (``prepare_channels(("vllm:eager:allreduce",))``, ``vllm:eager:dcp``) and used with
+``for_stream(channel_id=...)``, the pools are made with ``max_concurrent_channels=2``, and every capture
+pass enters ``capture(stream, channel_id=...)`` with vLLM's id for it (``vllm:target:profile``, …); every
+profile pass is checkpointed and rolled back (b12x checkpoints are 4-tuples). Teardown:
+``rollback_channels`` to the checkpoint taken when the pool was made (a coordinated close), then
+``close()``. The installed ``b12x`` is used whatever its version; the report's build section names it.
 
 b12x compiles CuTe-DSL kernels for sm120/sm121 only, so on other GPUs this backend cannot run; ``auto``
 falls back to ``replay``. CPU device mode (tests): the pools are b12x's real classes built with their
@@ -20,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import Any
 
+from glmlaunch.ledger.constants import for_stack
 from glmlaunch.preflight.backends.sequence import (
     CapturePass,
     allocate_arenas,
@@ -32,7 +35,8 @@ from glmlaunch.preflight.backends.sequence import (
 )
 from glmlaunch.preflight.runtime import Runtime
 
-EAGER_ID = "eager"
+EAGER_ALLREDUCE_ID = "vllm:eager:allreduce"
+EAGER_DCP_ID = "vllm:eager:dcp"
 
 
 class CpuChannel:
@@ -78,6 +82,8 @@ class B12xBackend:
         self.dcp: Any = None
         self.dma: Any = None
         self.origins: dict[int, Any] = {}
+        #: what vLLM passes from r17 (PR 216): two worker grids must fit the GPU's SMs
+        self.max_concurrent = for_stack(cfg.stack).max_concurrent_channels
         self.keep: list[Any] = []
         if world == 1:
             rt.note("world size 1: b12x builds no pools (one-shot needs 2..10 ranks, DMA >= 2, DCP A2A >= 2)")
@@ -89,8 +95,19 @@ class B12xBackend:
         from b12x.comm.pcie import DcpAllToAllPool, DmaAllReduce, OneshotAllReducePool
 
         self.classes = (OneshotAllReducePool, DmaAllReduce, DcpAllToAllPool)
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("b12x")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        k = for_stack(self.rt.config.stack)
         self.rt.result.build.update(backend="b12x", cold=False, seconds=round(time.monotonic() - t0, 3),
+                                    generation=k.stack, library_version=version,
                                     note="CuTe-DSL kernels compile at first use, not here")
+        if k.tree.pypi is not None and k.tree.pypi != f"b12x=={version}":
+            self.rt.note(f"installed b12x {version} is not the {k.stack} generation ({k.tree.pypi}): "
+                         "the pools built are the installed library's")
 
     def _requested(self, names: list[str]) -> int:
         return requested_bytes(self.rt.spec.allocations, names)
@@ -105,7 +122,8 @@ class B12xBackend:
         eager = cfg.comm.oneshot_eager_bytes
         if self.use_oneshot:
             kwargs: dict[str, Any] = dict(eager_buffer_bytes=eager, max_size=eager,
-                                          single_channel=bool(cfg.comm.single_channel))
+                                          single_channel=bool(cfg.comm.single_channel),
+                                          max_concurrent_channels=self.max_concurrent)
             if rt.cuda:
                 self.oneshot = oneshot_cls.from_exchange_group(exchange_group=rt.tp_group, device=rt.device,
                                                                **kwargs)
@@ -117,7 +135,7 @@ class B12xBackend:
             rt.step("oneshot.eager_channel", kind="ipc+torch", lifetime="pre-snapshot",
                     covers=covers(self.names, "oneshot", "eager"),
                     requested=self._requested(covers(self.names, "oneshot", "eager")),
-                    fn=partial(self._eager, self.oneshot))
+                    fn=partial(self._eager, self.oneshot, EAGER_ALLREDUCE_ID))
         if self.use_dma:
             dma_kwargs = dict(exchange_group=rt.tp_group, device=rt.device, max_bytes=dma_max_bytes(cfg),
                               fp8=cfg.comm.dma_wire_mode)
@@ -138,6 +156,7 @@ class B12xBackend:
                 head_dim=geo.kv_lora_rank,
                 query_head_dim=geo.query_head_dim,
                 single_channel=bool(cfg.comm.single_channel),
+                max_concurrent_channels=self.max_concurrent,
             )
             if rt.cuda:
                 self.dcp = dcp_cls.from_exchange_group(exchange_group=rt.dcp_group, device=rt.device,
@@ -150,7 +169,7 @@ class B12xBackend:
             rt.step("dcp_a2a.eager_channel", kind="ipc", lifetime="profiled",
                     covers=covers(self.names, "dcp_a2a", "eager"),
                     requested=self._requested(covers(self.names, "dcp_a2a", "eager")),
-                    fn=partial(self._eager, self.dcp))
+                    fn=partial(self._eager, self.dcp, EAGER_DCP_ID))
         self.keep.extend(allocate_arenas(rt))
         for cap in capture_passes(cfg):
             self._capture_pass(cap)
@@ -158,10 +177,10 @@ class B12xBackend:
             if pool is not None:
                 rt.note(f"{label} pool holds {len(pool._all_channels)} channel(s) after the capture passes")
 
-    def _eager(self, pool: Any) -> Any:
+    def _eager(self, pool: Any, channel_id: str) -> Any:
         if self.rt.cuda and not pool.single_channel:
-            pool.prepare_channels((EAGER_ID,))
-            return pool.for_stream(channel_id=EAGER_ID)
+            pool.prepare_channels((channel_id,))
+            return pool.for_stream(channel_id=channel_id)
         return pool.for_stream()
 
     def _make_dma(self, cls: Any, kwargs: dict[str, Any]) -> None:
@@ -179,7 +198,8 @@ class B12xBackend:
                 if stream is not None:
                     stack.enter_context(rt.torch.cuda.stream(stream))
                 for pool in pools:
-                    stack.enter_context(pool.capture(stream, channel_id=f"capture.{cap.name}"))
+                    channel_id = cap.channel_id or f"capture.{cap.name}"
+                    stack.enter_context(pool.capture(stream, channel_id=channel_id))
 
         record_capture_pass(rt, self.names, cap, pools, enter_and_leave)
 

@@ -12,24 +12,31 @@ from functools import partial
 from typing import Any
 
 from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.ledger.channels import PIECEWISE_MODES
+from glmlaunch.ledger.constants import for_stack
 from glmlaunch.preflight.types import PlannedAllocation
 
 
 @dataclass(frozen=True)
 class CapturePass:
     name: str
-    rollback: bool  # V2 profiling captures are checkpointed and rolled back
+    rollback: bool  # profiling captures that are checkpointed and rolled back
     #: the ledger's channel role of what this pass leaves behind (for a rolled-back pass: the torch blocks
     #: its channels used, cached on its stream: ``profiling-residue``)
     role: str
+    #: the channel id vLLM enters the pools' capture() with (PR 216, r17+); None before it
+    channel_id: str | None = None
 
 
 def capture_passes(config: DeploymentConfig) -> tuple[CapturePass, ...]:
-    """One pool capture context per cudagraph-manager pass, in vLLM's order."""
+    """One pool capture context per cudagraph-manager pass, in vLLM's order, for the profile's generation
+    (the same passes as the ledger's channel plan, glmlaunch/ledger/channels.py)."""
     if config.cudagraph.mode == "NONE":
         return ()
+    if for_stack(config.stack).semantic_channels:
+        return _named_passes(config)
     if config.runner == "v1":
-        # The r12 V1 runner never rolls its profiling capture back: the channel leaks.
+        # The r12-r16 V1 runner never rolls its profiling capture back: the channel leaks.
         return (CapturePass("profiling", False, "leaked-profiling"), CapturePass("target", False, "capture"))
     passes = [CapturePass("profiling", True, "profiling-residue"), CapturePass("target", False, "capture")]
     if config.mtp >= 1:
@@ -39,8 +46,29 @@ def capture_passes(config: DeploymentConfig) -> tuple[CapturePass, ...]:
     return tuple(passes)
 
 
+def _named_passes(config: DeploymentConfig) -> tuple[CapturePass, ...]:
+    """vLLM PR 216 (r17+): the profile phase is checkpointed and rolled back on both runners, then the
+    production passes; one named channel per pass (vllm/v1/worker/gpu/model_runner.py and
+    gpu_model_runner.py of the release integration patches)."""
+    if config.runner == "v2":
+        owners = [("target", "vllm:target")]
+        if config.mtp >= 1:
+            owners.append(("draft-prefill", "vllm:draft:prefill"))
+        if config.mtp > 1:
+            owners.append(("draft-decode", "vllm:draft:decode"))
+    else:
+        owners = [("target", "vllm:target")]
+        if config.mtp >= 1 and config.cudagraph.mode in PIECEWISE_MODES:
+            owners.append(("draft", "vllm:draft"))
+    # The profile phase as one pass on one stream (the ledger's one residue group): the target's profile
+    # channel, checkpointed and rolled back; then one production pass per graph owner.
+    profile = [CapturePass("target-profile", True, "profiling-residue", "vllm:target:profile")]
+    production = [CapturePass(n, False, "capture", f"{cid}:production") for n, cid in owners]
+    return (*profile, *production)
+
+
 def dma_max_bytes(config: DeploymentConfig) -> int:
-    """vLLM's DMA ``max_bytes``: batched tokens x hidden x bf16 itemsize (r12 tree)."""
+    """vLLM's DMA ``max_bytes``: batched tokens x hidden x bf16 itemsize (every generation's vLLM)."""
     return config.scheduler.max_num_batched_tokens * config.model.geometry.hidden_size * 2
 
 
@@ -123,7 +151,8 @@ def record_capture_pass(
         covers=covered,
         requested=requested_bytes(rt.spec.allocations, covered),
         fn=enter_and_leave,
-        note="checkpointed" if cap.rollback else ("leaks (V1)" if cap.role == "leaked-profiling" else ""),
+        note=(f"channel {cap.channel_id}; " if cap.channel_id else "")
+        + ("checkpointed" if cap.rollback else ("leaks (V1)" if cap.role == "leaked-profiling" else "")),
     )
     if cap.rollback:
         rt.step(

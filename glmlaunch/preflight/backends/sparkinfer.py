@@ -1,22 +1,30 @@
-"""The r12 library (sparkinfer de04125) built for real, through its public pool classes.
+"""The SparkInfer generations built for real, through their public pool classes: sparkinfer-r14
+(de04125, releases r12-r16) and sparkinfer-r28 (tree 200c1db7, releases r17-r28).
 
-Call sequence, as the r12 composed vLLM makes it (docs/memory-model.md §5, custom_all_reduce.py and
-dcp_alltoall.py of that tree):
+Call sequence, as the composed vLLM of the profile's generation makes it (docs/memory-model.md §5 and §10,
+custom_all_reduce.py and dcp_alltoall.py of those trees):
 
 1. pre-snapshot: ``OneshotAllReducePool.from_exchange_group`` on the TP group with the eager size E and
-   the configured ``single_channel``; its eager channel (``for_stream`` on the default stream) and one
-   real all-reduce through it; ``DmaAllReduce`` with ``max_bytes`` and the configured wire mode.
-   Free memory here is the F0 vLLM will see.
-2. profiled: ``DcpAllToAllPool`` on the DCP group and its eager channel (checked with a real
-   ``all_gather_heads``); the indexer scratch arenas.
-3. one capture context per cudagraph-manager pass, entered and left once on its own stream; V2's
-   profiling pass is checkpointed and rolled back, V1's is not (its channel leaks, as in the r12 tree).
+   the configured ``single_channel``; its eager channel on the default stream and one real all-reduce
+   through it; ``DmaAllReduce`` with ``max_bytes`` and the configured wire mode. Free memory here is the F0
+   vLLM will see. At r17+ vLLM passes ``max_concurrent_channels=2`` (the pools check that two worker grids
+   can be resident) and names the eager channel: ``prepare_channels(("vllm:eager:allreduce",))`` then
+   ``for_stream(channel_id=...)``.
+2. profiled: ``DcpAllToAllPool`` on the DCP group and its eager channel (``vllm:eager:dcp`` at r17+),
+   checked with a real ``all_gather_heads``; the indexer scratch arenas.
+3. one capture context per cudagraph-manager pass, entered and left once on its own stream
+   (:func:`~glmlaunch.preflight.backends.sequence.capture_passes`): r12-r16 V2 checkpoints and rolls back its
+   profiling pass, V1 does not (its channel leaks); r17+ enters every pool with the pass's channel id
+   (``vllm:target:profile``, ``vllm:draft:prefill:production``, …) and rolls every profile pass back on both
+   runners.
 
 Teardown is the library's own: ``rollback_channels`` to an empty checkpoint (a coordinated close across
 ranks), ``close()``, and ``DmaAllReduce.close()`` between barriers.
 
 The extensions are JIT-built with nvcc into ``TORCH_EXTENSIONS_DIR`` (the same cache vLLM uses when it
-runs with the same variable: a preflight warms it). At world size 1 the library builds nothing.
+runs with the same variable: a preflight warms it). At world size 1 the library builds nothing. The
+installed ``sparkinfer`` must be the profile's generation: an r17+ tree names its channels
+(``OneshotAllReducePool.prepare_channels``), an r12-r16 tree does not; a mismatch stops the build.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from glmlaunch.config.registry import TORCH_EXTENSIONS_DIR
+from glmlaunch.ledger.constants import for_stack
 from glmlaunch.preflight.backends.sequence import (
     CapturePass,
     allocate_arenas,
@@ -41,6 +50,9 @@ from glmlaunch.preflight.runtime import Runtime
 
 ONESHOT_WORLD_SIZES = (2, 4, 6, 8, 10)
 DCP_WORLD_SIZES = (2, 4, 8)
+#: vLLM's channel ids for the eager channels (r17+: custom_all_reduce.py, dcp_alltoall.py)
+EAGER_ALLREDUCE_ID = "vllm:eager:allreduce"
+EAGER_DCP_ID = "vllm:eager:dcp"
 EXTENSIONS = {
     "oneshot": "sparkinfer_pcie_oneshot_ext",
     "dma": "sparkinfer_pcie_dma_ext",
@@ -61,6 +73,12 @@ class SparkinferBackend:
         self.use_oneshot = cfg.comm.pcie_allreduce and world in ONESHOT_WORLD_SIZES
         self.use_dma = cfg.comm.pcie_allreduce and cfg.comm.dma_min_bytes is not None and world >= 2
         self.use_dcp = cfg.comm.dcp_a2a and rt.dcp in DCP_WORLD_SIZES
+        k = for_stack(cfg.stack)
+        #: r17+: named channels, max_concurrent_channels=2 (vLLM PR 216)
+        self.semantic = k.semantic_channels
+        self.pool_kwargs: dict[str, Any] = (
+            {"max_concurrent_channels": k.max_concurrent_channels} if self.semantic else {}
+        )
         self.oneshot: Any = None
         self.dma: Any = None
         self.dcp: Any = None
@@ -92,14 +110,25 @@ class SparkinferBackend:
             t0 = time.monotonic()
             loaders[key]()
             seconds[key] = round(time.monotonic() - t0, 3)
+        self._check_generation(pcie_oneshot)
         self.rt.result.build.update(
             backend="sparkinfer",
+            generation=self.rt.config.stack,
             extensions_dir=str(root),
             cold=any(cold.values()),
             cold_by_extension=cold,
             seconds=round(sum(seconds.values()), 3),
             seconds_by_extension=seconds,
         )
+
+    def _check_generation(self, pcie_oneshot: Any) -> None:
+        named = hasattr(pcie_oneshot.PCIeOneshotAllReducePool, "prepare_channels")
+        if named != self.semantic:
+            have = "an r17+ tree (named channels)" if named else "an r12-r16 tree (no named channels)"
+            raise RuntimeError(
+                f"the installed sparkinfer ({pcie_oneshot.__file__}) is {have}, but the profile names stack "
+                f"{self.rt.config.stack}: install that generation's tree, or set stack to match"
+            )
 
     # --- allocations -------------------------------------------------------------------------------
 
@@ -119,6 +148,7 @@ class SparkinferBackend:
                 eager_buffer_bytes=eager,
                 max_size=eager,
                 single_channel=bool(cfg.comm.single_channel),
+                **self.pool_kwargs,
             )
             rt.step(
                 "oneshot.eager_channel",
@@ -126,7 +156,8 @@ class SparkinferBackend:
                 lifetime="pre-snapshot",
                 covers=covers(self.names, "oneshot", "eager"),
                 requested=self._requested(covers(self.names, "oneshot", "eager")),
-                fn=lambda: self.oneshot.for_stream(),
+                fn=lambda: self._eager(self.oneshot, EAGER_ALLREDUCE_ID),
+                note=f"channel {EAGER_ALLREDUCE_ID}" if self.semantic else "",
             )
             rt.step(
                 "oneshot.first_all_reduce",
@@ -158,6 +189,7 @@ class SparkinferBackend:
                 head_dim=geo.kv_lora_rank,
                 query_head_dim=geo.query_head_dim,
                 single_channel=bool(cfg.comm.single_channel),
+                **self.pool_kwargs,
             )
             rt.step(
                 "dcp_a2a.eager_channel",
@@ -175,10 +207,22 @@ class SparkinferBackend:
     def _requested(self, names: list[str]) -> int:
         return requested_bytes(self.rt.spec.allocations, names)
 
+    def _eager(self, pool: Any, channel_id: str) -> Any:
+        """The eager channel: r17+ prepares it by name (vLLM's call), earlier generations by stream."""
+        if not self.semantic:
+            return pool.for_stream()
+        if not pool.single_channel:
+            pool.prepare_channels((channel_id,))
+            return pool.for_stream(channel_id=channel_id)
+        return pool.for_stream(channel_id=None)
+
+    def _eager_id(self, channel_id: str) -> dict[str, Any]:
+        return {"channel_id": channel_id} if self.semantic and not self.rt.config.comm.single_channel else {}
+
     def _check_all_reduce(self) -> None:
         torch, rt = self.rt.torch, self.rt
         x = torch.full((4096,), float(rt.rank + 1), dtype=torch.bfloat16, device=rt.device)
-        out = self.oneshot.all_reduce(x)
+        out = self.oneshot.all_reduce(x, **self._eager_id(EAGER_ALLREDUCE_ID))
         rt.sync()
         expect = rt.world_size * (rt.world_size + 1) / 2
         if float(out[0].item()) != expect or float(out[-1].item()) != expect:
@@ -195,11 +239,11 @@ class SparkinferBackend:
 
     def _check_dcp(self) -> None:
         torch, rt = self.rt.torch, self.rt
-        channel = self.dcp.for_stream()
+        channel = self._eager(self.dcp, EAGER_DCP_ID)
         heads = channel.heads_per_rank
         local = torch.full((1, heads, channel.query_head_dim), float(rt.dcp_ranks.index(rt.rank)),
                            dtype=torch.bfloat16, device=rt.device)
-        out = self.dcp.all_gather_heads(local)
+        out = self.dcp.all_gather_heads(local, **self._eager_id(EAGER_DCP_ID))
         rt.sync()
         for src in range(rt.dcp):
             got = float(out[0, src * heads, 0].item())
@@ -228,7 +272,8 @@ class SparkinferBackend:
 
             with rt.torch.cuda.stream(stream), ExitStack() as stack:
                 for pool in pools:
-                    stack.enter_context(pool.capture(stream=stream))
+                    named = {"channel_id": cap.channel_id} if self.semantic else {}
+                    stack.enter_context(pool.capture(stream=stream, **named))
 
         record_capture_pass(rt, self.names, cap, pools, enter_and_leave)
 
