@@ -533,6 +533,7 @@ def calibrate_search_cmd(
     epilog="""
         glmlaunch serve -p turnkey                                     # the container entrypoint
         glmlaunch serve -p turnkey --supervise --strict-exit           # vLLM as a supervised child
+        glmlaunch serve -p turnkey --supervise --watch --metrics-port 9400   # and its memory watched
         glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # what it would run; starts nothing
     """,
 )
@@ -583,6 +584,27 @@ def serve_cmd(
             help="with --supervise: exit 9 when vLLM exits 0 after a fatal engine error in its log",
         ),
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="with --supervise: watch each rank's GPU memory against the plan (glmlaunch watch) while "
+            "vLLM serves",
+        ),
+    ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port", metavar="PORT", help="with --watch: serve its Prometheus metrics on this port"
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host", metavar="HOST", help="address the metrics bind to (default 127.0.0.1)"
+        ),
+    ] = "127.0.0.1",
+    watch_replay: Annotated[Path | None, typer.Option("--watch-replay", hidden=True)] = None,
 ) -> None:
     """Resolve, check, plan, preflight, then exec (or supervise) `vllm serve` (the container entrypoint)."""
     from glmlaunch.launch import serve as serve_mod
@@ -600,6 +622,10 @@ def serve_cmd(
             inventory=inventory,
             supervise=supervise,
             strict_exit=strict_exit,
+            watch=watch,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            watch_replay=watch_replay,
         )
     )
     serve_mod.render(plan, as_json=json_)

@@ -319,7 +319,7 @@ class Watcher:
             "profile": self.plan.profile,
             "ranks": ranks,
             "ooms": [ex.to_json() for ex in self.explanations],
-            "events": [e.to_json() | {"seq": None} for e in events[-100:]],
+            "events": [e.to_json() for e in events[-100:]],
         }
 
     # --- the loop ----------------------------------------------------------------------------------
