@@ -533,6 +533,7 @@ def calibrate_search_cmd(
     epilog="""
         glmlaunch serve -p turnkey                                     # the container entrypoint
         glmlaunch serve -p turnkey --supervise --strict-exit           # vLLM as a supervised child
+        glmlaunch serve -p turnkey --supervise --watch --metrics-port 9400   # and its memory watched
         glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # what it would run; starts nothing
     """,
 )
@@ -583,6 +584,27 @@ def serve_cmd(
             help="with --supervise: exit 9 when vLLM exits 0 after a fatal engine error in its log",
         ),
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="with --supervise: watch each rank's GPU memory against the plan (glmlaunch watch) while "
+            "vLLM serves",
+        ),
+    ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port", metavar="PORT", help="with --watch: serve its Prometheus metrics on this port"
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host", metavar="HOST", help="address the metrics bind to (default 127.0.0.1)"
+        ),
+    ] = "127.0.0.1",
+    watch_replay: Annotated[Path | None, typer.Option("--watch-replay", hidden=True)] = None,
 ) -> None:
     """Resolve, check, plan, preflight, then exec (or supervise) `vllm serve` (the container entrypoint)."""
     from glmlaunch.launch import serve as serve_mod
@@ -600,6 +622,10 @@ def serve_cmd(
             inventory=inventory,
             supervise=supervise,
             strict_exit=strict_exit,
+            watch=watch,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            watch_replay=watch_replay,
         )
     )
     serve_mod.render(plan, as_json=json_)
@@ -624,6 +650,175 @@ def boots_cmd(
     from glmlaunch.supervise.commands import run_boots
 
     run_boots(boot, as_json=json_)
+
+
+# --- watch / explain-oom (the margin while serving; after an OOM) ---------------------------------
+@app.command(
+    "watch",
+    cls=Command,
+    epilog="""
+        glmlaunch watch -p turnkey --metrics-port 9400                # a sidecar: live view, endpoint
+        glmlaunch watch -p turnkey --endpoint http://127.0.0.1:8000 --log vllm.log --json
+        glmlaunch watch -p h200.yaml --replay leak.json --json --drift-window 20   # a recorded trace
+    """,
+)
+def watch_cmd(
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            metavar="LIST",
+            help="the deployment's CUDA_VISIBLE_DEVICES: indices in PCI order or GPU UUIDs, rank 0 first "
+            "(default: the profile's parallel.gpus)",
+        ),
+    ] = None,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-memory", metavar="SIZE", help="T for the plan (default: the watched GPUs' usable memory)"
+        ),
+    ] = None,
+    interval: Annotated[
+        float,
+        typer.Option("--interval", metavar="SECONDS", help="seconds between samples (default 0.5: 2 Hz)"),
+    ] = 0.5,
+    duration: Annotated[
+        float | None, typer.Option("--duration", metavar="SECONDS", help="stop after this long")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option("--samples", metavar="N", help="stop after N samples")
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint",
+            metavar="URL",
+            help="vLLM's server, e.g. http://127.0.0.1:8000: its /metrics scheduler facts, and ready when it "
+            "answers",
+        ),
+    ] = None,
+    log: Annotated[
+        Path | None,
+        typer.Option("--log", metavar="FILE", help="vLLM's log, followed: its ready line and its OOMs"),
+    ] = None,
+    readings: Annotated[
+        Path | None,
+        typer.Option(
+            "--readings",
+            metavar="FILE",
+            help="append each rank's lowest free memory after ready as `GPU N: X MiB free` lines, for "
+            "calibrate ingest",
+        ),
+    ] = None,
+    drift_window: Annotated[
+        float,
+        typer.Option(
+            "--drift-window", metavar="SECONDS", help="how long a steady rise must last (default 600)"
+        ),
+    ] = 600.0,
+    settle: Annotated[
+        float,
+        typer.Option(
+            "--settle",
+            metavar="SECONDS",
+            help="with no ready signal: how long memory must hold still to be the baseline (default 60)",
+        ),
+    ] = 60.0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", metavar="PORT", help="serve Prometheus metrics on this port (0: any)"),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host", metavar="HOST", help="address the metrics bind to (default 127.0.0.1)"
+        ),
+    ] = "127.0.0.1",
+    record: Annotated[
+        Path | None,
+        typer.Option("--record", metavar="FILE", help="also write every sample as an NVML trace (JSON)"),
+    ] = None,
+    note_: Annotated[
+        str,
+        typer.Option("--note", metavar="TEXT", help="with --record: what ran meanwhile, kept in the trace"),
+    ] = "",
+    replay: Annotated[
+        Path | None,
+        typer.Option("--replay", metavar="TRACE", help="read a recorded NVML trace instead of live NVML"),
+    ] = None,
+    speed: Annotated[
+        float | None,
+        typer.Option(
+            "--speed",
+            metavar="X",
+            help="with --replay: at the recorded pace, X times faster (default: at once)",
+        ),
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="one JSON object per sample on stdout")] = False,
+) -> None:
+    """Compare each rank's live GPU memory with the plan: ok, warn, critical, foreign, drift."""
+    from glmlaunch.watch.commands import WatchArgs, run_watch
+
+    run_watch(
+        WatchArgs(
+            profile=profile,
+            overrides=tuple(set_ or ()),
+            gpu_memory=gpu_memory,
+            gpus=gpus,
+            interval_s=interval,
+            duration_s=duration,
+            samples=samples,
+            drift_window_s=drift_window,
+            settle_s=settle,
+            endpoint=endpoint,
+            log=log,
+            readings=readings,
+            record=record,
+            note=note_,
+            replay=replay,
+            speed=speed,
+            metrics_host=metrics_host,
+            metrics_port=metrics_port,
+            as_json=json_,
+            command=" ".join(["glmlaunch", *sys.argv[1:]]),
+        )
+    )
+
+
+@app.command(
+    "explain-oom",
+    cls=Command,
+    epilog="""
+        glmlaunch explain-oom vllm.log                 # against the configuration the log booted
+        glmlaunch explain-oom -p turnkey vllm.log --json
+    """,
+)
+def explain_oom_cmd(
+    log: Annotated[Path, typer.Argument(metavar="LOG", help="the vLLM log with the OOM (all ranks' output)")],
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            "-p",
+            metavar="NAME",
+            autocompletion=complete_profile,
+            help="profile name or path (default: the configuration the log booted, else $GLMLAUNCH_PROFILE "
+            "or turnkey)",
+        ),
+    ] = None,
+    set_: SetOpt = None,
+    ingest: Annotated[
+        bool,
+        typer.Option("--ingest", help="also store the log as a calibration record (calibrate ingest)"),
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Map an OOM to the ledger entry it most likely was, and the pool pin, GMU or batch that keeps it."""
+    from glmlaunch.watch.commands import run_explain_oom
+
+    run_explain_oom(log, profile, set_ or [], as_json=json_, ingest=ingest)
 
 
 # --- plan / audit / diff (the allocation ledger and the memory budget) ---------------------------

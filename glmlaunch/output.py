@@ -483,6 +483,16 @@ def out_json(obj: Any, *, mask: bool = True) -> None:
     sys.stdout.flush()
 
 
+def out_json_line(obj: Any) -> None:
+    """One strict JSON object on one line of stdout (a stream of documents: ``watch --json``), masked."""
+    doc = mask_obj(obj)
+    bad = _nonfinite(doc)
+    if bad is not None:
+        raise ConfigError("not a finite number: JSON has no NaN or Infinity", key=bad[0], value=bad[1])
+    sys.stdout.write(json.dumps(doc, separators=(",", ":"), default=str, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
 def out_data(text: str) -> None:
     """Write data that was vetted for secrets before it was quoted (shell export lines), unchanged."""
     sys.stdout.write(printable(text))
@@ -543,11 +553,11 @@ def begin_run() -> None:
     _warned.clear()
 
 
-def warn(message: str) -> None:
+def warn(message: str, *, repeat: bool = False) -> None:
     """``warning: …`` on stderr, once per run: a configuration two stages (or both sides of a ``diff``)
-    resolve is warned about once."""
+    resolve is warned about once. ``repeat``: each call is a new event (the watch's state changes)."""
     line = "warning: " + line_text(message)
-    if line in _warned:
+    if line in _warned and not repeat:
         return
     _warned.add(line)
     if sys.stderr.isatty() and not os.environ.get(NO_COLOR):

@@ -140,8 +140,8 @@ def _needs_the_gpus(line: str) -> bool:
     command = next((w for w in words if not w.startswith("-")), "")
     if command == "serve":  # --dry-run too: it reports what the real launch would do on these GPUs
         return True
-    offline = "--inventory" in words or "cpu" in words
-    return command in {"hw", "check", "preflight"} and not offline
+    offline = "--inventory" in words or "cpu" in words or "--replay" in words
+    return command in {"hw", "check", "preflight", "watch"} and not offline
 
 
 def _examples_in(text: str) -> list[str]:
@@ -165,6 +165,10 @@ RUNNABLE = list(dict.fromkeys(line for _, line in EXAMPLES))  # a group repeats 
 EXAMPLE_FILES = {
     "rig.json": FIXTURES / "inventories" / "rtxpro6000x4.json",
     "boot.log": FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp3-v1-server.log",
+    # the watch's: the plan it recorded against, a recorded NVML trace, and a log that ended in an OOM
+    "h200.yaml": FIXTURES / "watch" / "h200.yaml",
+    "leak.json": FIXTURES / "watch" / "leak.json",
+    "vllm.log": FIXTURES / "watch" / "oom.log",
 }
 
 

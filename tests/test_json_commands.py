@@ -21,6 +21,7 @@ from glmlaunch.cli import app
 
 INVENTORY = str(FIXTURES / "inventories" / "rtxpro6000x4.json")
 BOOT_LOG = str(sorted((FIXTURES / "boot-logs").glob("*.log"))[0])
+H200 = str(FIXTURES / "watch" / "h200.yaml")
 
 #: command path -> (schema file, argv). ``{vllm}`` is replaced by a stand-in vllm executable.
 INVOCATIONS: dict[str, tuple[str, list[str]]] = {
@@ -45,6 +46,15 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
     "calibrate list": ("calibrate-list.schema.json", ["calibrate", "list", "--json"]),
     "calibrate show": ("calibrate-show.schema.json", ["calibrate", "show", "-p", "r12-exl3", "--json"]),
     "boots": ("boots.schema.json", ["boots", "--json"]),
+    # a stream of documents, one per sample: one sample here (tests/watch/ validates every line of replays)
+    "watch": (
+        "watch.schema.json",
+        ["watch", "-p", H200, "--replay", str(FIXTURES / "watch" / "oom.json"), "--json", "--samples", "1"],
+    ),
+    "explain-oom": (
+        "explain-oom.schema.json",
+        ["explain-oom", "-p", H200, str(FIXTURES / "watch" / "oom.log"), "--json"],
+    ),
     "calibrate search": (
         "calibrate-search.schema.json",
         ["calibrate", "search", "-p", "r12-exl3", "--objective", "max-batched-tokens", "--no-write",

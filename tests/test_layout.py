@@ -1,10 +1,12 @@
 """The package layout is the pipeline: no import cycles, and no stage imports a later one.
 
 Stages in pipeline order (``ls glmlaunch/``): config → ledger (the memory model) → hardware → calibrate →
-plan → preflight → supervise → launch, with ``cli.py`` on top. Calibration feeds the plan, so it sits below
-it; the memory model sits below calibration, which fits its residuals. ``supervise`` runs vLLM as a child
-and writes calibration records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates
-the stages and hands the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
+plan → preflight → watch → supervise → launch, with ``cli.py`` on top. Calibration feeds the plan, so it
+sits below it; the memory model sits below calibration, which fits its residuals. ``watch`` compares live
+memory with the plan and feeds runtime evidence back to calibration; ``serve --supervise --watch`` runs it
+on a thread, so it sits below ``supervise``. ``supervise`` runs vLLM as a child and writes calibration
+records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates the stages and hands
+the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
 ``errors.py`` and ``output.py`` are shared by every stage; ``output`` reads two names from the one registry
 (``config.registry``) and nothing else.
 
@@ -17,7 +19,18 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "glmlaunch"
-STAGES = ("config", "ledger", "hardware", "calibrate", "plan", "preflight", "supervise", "launch", "cli")
+STAGES = (
+    "config",
+    "ledger",
+    "hardware",
+    "calibrate",
+    "plan",
+    "preflight",
+    "watch",
+    "supervise",
+    "launch",
+    "cli",
+)
 SHARED = {"glmlaunch", "glmlaunch.errors", "glmlaunch.files", "glmlaunch.output"}
 # What the shared modules may import from the stages: the registry's names and nothing else.
 SHARED_MAY_IMPORT = {"glmlaunch.config.registry", "glmlaunch.config.schema", "glmlaunch.config.units"}

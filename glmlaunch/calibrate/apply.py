@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from glmlaunch.calibrate.records import Calibration
     from glmlaunch.calibrate.store import Store
     from glmlaunch.hardware.inventory import Inventory
+    from glmlaunch.ledger.model import Ledger
 
 TOKENS_KEY = "scheduler.max_num_batched_tokens"
 
@@ -262,11 +263,9 @@ def with_runtime_evidence(
         return cal, ""
     ledger = build_ledger(config, calibration=cal)
     budget = compute_budget(config, ledger, calibration=cal)
-    phase = ledger.runtime.in_phase("long-prefill")
-    growth = next((e.device_bytes for e in phase if e.name == "demand.prefill_growth"), 0)
-    others = sum(e.device_bytes for e in phase) - growth
     record, event = max(ooms, key=lambda x: budget.margin - x[1].free_bytes + (x[1].tried_bytes or 0))
     floor = budget.margin - event.free_bytes + (event.tried_bytes or 0)
+    growth, others = prefill_split(ledger)
     needed = floor - others
     if needed <= growth:
         return cal, ""
@@ -284,6 +283,29 @@ def with_runtime_evidence(
     return replace(cal, runtime_prefill_bytes=needed, runtime_note=note), (
         f"the runtime demand is raised by record {record.record_id[:12]}'s serve log"
     )
+
+
+def prefill_split(ledger: Ledger) -> tuple[int, int]:
+    """(the long prefill's growth entry, the rest of its phase): what a runtime floor raises, and what not."""
+    phase = ledger.runtime.in_phase("long-prefill")
+    growth = next((e.device_bytes for e in phase if e.name == "demand.prefill_growth"), 0)
+    return growth, sum(e.device_bytes for e in phase) - growth
+
+
+def with_demand_floor(
+    config: DeploymentConfig, cal: LedgerCalibration | None, floor: int, note: str
+) -> LedgerCalibration | None:
+    """``cal`` with the long prefill's demand raised so the long-prefill phase needs at least ``floor`` bytes
+    (what one OOM or free-memory reading after ready proves, as :func:`with_runtime_evidence` reads them);
+    None when the plan's demand already is that large. ``note`` says where the floor comes from."""
+    from glmlaunch.ledger import build_ledger
+
+    base = cal if cal is not None else LedgerCalibration(record_id="runtime-evidence")
+    growth, others = prefill_split(build_ledger(config, calibration=base))
+    needed = floor - others
+    if needed <= growth:
+        return None
+    return replace(base, runtime_prefill_bytes=needed, runtime_note=note)
 
 
 def say_calibration(use: CalibrationUse, *, say: Callable[[str], object]) -> None:

@@ -707,6 +707,27 @@ def _runtime_event(msg: _Message, ready: bool) -> RuntimeEvent | None:
     return None
 
 
+def is_ready_line(text: str) -> bool:
+    """Whether a log line is vLLM's API server saying it is ready (what makes later events runtime ones)."""
+    return _READY_RE.search(text) is not None
+
+
+def runtime_events_of(text: str, *, after_ready: bool) -> list[RuntimeEvent]:
+    """The OOMs and free-memory readings in a few lines of a log, parsed as :func:`parse_log_text` parses
+    them (the watch reads a live log line by line: the same regexes, one definition)."""
+    if "out of memory" not in text and " free" not in text:
+        return []
+    found: list[RuntimeEvent] = []
+    for msg in iter_messages(text):
+        try:
+            event = _runtime_event(msg, after_ready)
+        except (ValueError, OverflowError):
+            event = None
+        if event is not None:
+            found.append(event)
+    return found
+
+
 def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     """Parse one boot log's text; never raises on malformed content (it is reported instead)."""
     workers: dict[str, _Acc] = {}

@@ -94,6 +94,12 @@ class ServeOptions:
     supervise: bool | None = None
     #: --strict-exit (or GLMLAUNCH_STRICT_EXIT=1): exit 9 when vLLM exits 0 after a fatal engine error
     strict_exit: bool = False
+    #: --watch: the watch (glmlaunch.watch) on a thread of the supervisor; its endpoint with --metrics-port
+    watch: bool = False
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    #: (hidden) a recorded NVML trace the supervised watch replays instead of live NVML: the tests'
+    watch_replay: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ class LaunchMode:
     source: str  # "--supervise", "--exec", "GLMLAUNCH_SUPERVISE=1", "default"
     strict_exit: bool = False
     stop_grace_s: float | None = None
+    watch: bool = False
+    metrics: str | None = None  # host:port of the watch's endpoint
 
     def line(self) -> str:
         if self.mode == "exec":
@@ -112,6 +120,10 @@ class LaunchMode:
                 "no calibration record"
             )
         extra = "; --strict-exit" if self.strict_exit else ""
+        if self.watch:
+            extra += "; --watch: the margin watched against the plan" + (
+                f", metrics on {self.metrics}" if self.metrics else ""
+            )
         return (
             f"mode supervise ({self.source}): vLLM runs as glmlaunch's child; its log, outcome and "
             f"calibration record are kept under the cache (boots/){extra}"
@@ -123,6 +135,7 @@ class LaunchMode:
             "source": self.source,
             "strict_exit": self.strict_exit,
             "stop_grace_s": self.stop_grace_s,
+            "watch": {"metrics": self.metrics} if self.watch else None,
         }
 
 
@@ -188,6 +201,8 @@ class ServePlan:
     calibration: str = ""
     inventory: Inventory | None = None
     preflight: dict[str, Any] | None = None
+    #: the calibration's ledger inputs the budget was computed with (the supervised watch plans with them)
+    calibration_inputs: object | None = None
 
     @property
     def failure(self) -> GlmlaunchError | None:
@@ -570,6 +585,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         calibration=use.headline or use.message,
         inventory=memo.inventory,
         preflight=preflight_doc,
+        calibration_inputs=use.calibration,
     )
 
 
@@ -589,7 +605,23 @@ def launch_mode(options: ServeOptions, tool: ToolSettings) -> LaunchMode:
             key="--strict-exit" if options.strict_exit else GLMLAUNCH_STRICT_EXIT,
             hint=f"add --supervise (or {GLMLAUNCH_SUPERVISE}=1)",
         )
-    return LaunchMode(mode, source, strict_exit=strict, stop_grace_s=tool.stop_grace)
+    watch = options.watch or options.metrics_port is not None or options.watch_replay is not None
+    if watch and mode == "exec":
+        raise ConfigError(
+            "needs a supervised launch: the watch runs on a thread of glmlaunch, which exec replaces",
+            key="--watch" if options.watch else "--metrics-port",
+            hint=f"add --supervise (or {GLMLAUNCH_SUPERVISE}=1), or run `glmlaunch watch` beside vLLM",
+        )
+    if options.metrics_port is not None and not 0 <= options.metrics_port <= 65535:
+        raise ConfigError(
+            "not a TCP port", key="--metrics-port", value=options.metrics_port, allowed=["0..65535"]
+        )
+    metrics = None
+    if options.metrics_port is not None:
+        metrics = f"{options.metrics_host}:{options.metrics_port}"
+    return LaunchMode(
+        mode, source, strict_exit=strict, stop_grace_s=tool.stop_grace, watch=watch, metrics=metrics
+    )
 
 
 def _preflight_document(run: PreflightRun) -> dict[str, Any]:
@@ -606,14 +638,17 @@ def serve(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Se
     if options.dry_run:
         return plan
     if plan.mode.mode == "supervise":
-        supervise_vllm(plan, env)
+        supervise_vllm(plan, env, options)
     exec_vllm(plan.spec)
 
 
-def supervise_vllm(plan: ServePlan, environ: Mapping[str, str]) -> NoReturn:
+def supervise_vllm(
+    plan: ServePlan, environ: Mapping[str, str], options: ServeOptions | None = None
+) -> NoReturn:
     """Run vLLM as a supervised child (glmlaunch.supervise) and end this process as vLLM ended."""
     from glmlaunch.supervise.process import exit_like
     from glmlaunch.supervise.session import Launch, supervise
+    from glmlaunch.supervise.watching import WatchSetup
 
     assert plan.config is not None  # a real launch always resolved its configuration
     for change in plan.spec.env_changes:
@@ -621,6 +656,16 @@ def supervise_vllm(plan: ServePlan, environ: Mapping[str, str]) -> NoReturn:
             note(f"env: {change.line()}")
     note(f"supervise: {plan.spec.command_line()}")
     budget = plan.budget
+    watch = None
+    if plan.mode.watch and budget is not None and options is not None:
+        watch = WatchSetup(
+            budget=budget,
+            calibration=plan.calibration_inputs,
+            verdict=plan.verdict.status if plan.verdict is not None else budget.verdict,
+            metrics_host=options.metrics_host,
+            metrics_port=options.metrics_port,
+            replay=options.watch_replay,
+        )
     result = supervise(
         Launch(
             argv=plan.spec.argv,
@@ -636,6 +681,7 @@ def supervise_vllm(plan: ServePlan, environ: Mapping[str, str]) -> NoReturn:
             calibration=plan.calibration,
             strict_exit=plan.mode.strict_exit,
             stop_grace_s=plan.mode.stop_grace_s,
+            watch=watch,
         )
     )
     exit_like(result.code, result.sig)

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from glmlaunch.config.schema import DeploymentConfig
     from glmlaunch.hardware.baseline import GpuMemory
     from glmlaunch.hardware.inventory import Inventory
+    from glmlaunch.supervise.watching import Watching, WatchSetup
 
 #: added to vLLM's own drain time (``--shutdown-timeout``) before glmlaunch signals its process group
 DRAIN_MARGIN_S = 30.0
@@ -87,6 +88,8 @@ class Launch:
     calibration: str = ""
     strict_exit: bool = False
     stop_grace_s: float | None = None
+    #: serve --watch: the watch on a thread, against the plan the serve stage judged
+    watch: WatchSetup | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class _Run:
     reaped_other: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     baseline_note: str | None = None
+    watching: Watching | None = None
 
 
 def supervise(launch: Launch) -> Result:
@@ -290,6 +294,10 @@ def _run_child(run: _Run, before: list[GpuMemory] | None) -> Result:
         tee.add(name, src, dst)
     stream = BootStream(items, run.boot.path, len(sources), child.started, run.timeline)
     stream.on_ready = lambda: _safely("the ready report", lambda: _on_ready(run, stream))
+    if launch.watch is not None:
+        run.watching = _safely("starting the watch", lambda: _start_watch(run))
+        if run.watching is not None:
+            stream.on_watch_line = run.watching.feed
     tee.start()
     stream.start()
     note(f"supervise: vLLM pid {child.pid} (boot {run.boot.boot_id}: {run.boot.path})")
@@ -298,6 +306,47 @@ def _run_child(run: _Run, before: list[GpuMemory] | None) -> Result:
     code, sig = process.status_of(status)
     child.popen.returncode = -sig if sig is not None else code  # reaped here, not by Popen
     return _after_exit(run, child, stream, tee, before, code, sig, stops)
+
+
+def _start_watch(run: _Run) -> Watching | None:
+    from glmlaunch.supervise import watching
+
+    launch = run.launch
+    assert launch.watch is not None
+    return watching.start(
+        launch.watch,
+        profile=launch.profile,
+        config=launch.config,
+        env=launch.env,
+        boot_dir=run.boot.path,
+        # everything under glmlaunch is vLLM's (glmlaunch is the subreaper of whatever vLLM starts)
+        known_pids=lambda: frozenset(process.descendants()),
+    )
+
+
+def _stop_watch(run: _Run) -> dict[str, Any] | None:
+    """The watch's summary; its runtime events go into the boot's calibration record."""
+    if run.watching is None:
+        return None
+    summary, events = run.watching.finish()
+    _safely("writing watch.json", lambda: run.boot.write_json("watch.json", summary))
+    record = run.record
+    if record is not None and events:
+        from glmlaunch.calibrate.store import Store
+
+        boot = record.boot.model_copy(update={"runtime_events": [*record.boot.runtime_events, *events]})
+        updated = record.model_copy(update={"boot": boot})
+        if _safely(
+            "the watch's readings in the record", lambda: Store.default(run.launch.caller_env).save(updated)
+        ):
+            run.record = updated
+            lows = sum(1 for e in events if e.kind == "free")
+            ooms = len(events) - lows
+            note(
+                f"supervise: calibration record {record.record_id} keeps the watch's runtime evidence "
+                f"({lows} lowest free reading(s), {ooms} OOM(s) after ready)"
+            )
+    return summary
 
 
 def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | None) -> int:
@@ -444,6 +493,7 @@ def _after_exit(
         stopped_by=f"{stopped_by} from glmlaunch's caller" if stopped_by else None,
     )
     final = _supervised(run, verdict.kind, status_text, verdict.diagnosis)
+    watch_summary = _safely("stopping the watch", lambda: _stop_watch(run))
     if run.record is not None:
         from glmlaunch.calibrate.store import Store
 
@@ -458,7 +508,9 @@ def _after_exit(
         glm_code, glm_sig = int(ExitCode.ENGINE_FAILED), None
     elif sig is not None and os.getpid() == 1:
         glm_code, glm_sig = 128 + sig, None
-    doc = _outcome_doc(run, stream, code, sig, verdict, left, baseline, glm=(glm_code, glm_sig), tee=tee)
+    doc = _outcome_doc(
+        run, stream, code, sig, verdict, left, baseline, glm=(glm_code, glm_sig), tee=tee, watch=watch_summary
+    )
     _safely("writing outcome.json", lambda: run.boot.write_json("outcome.json", doc))
     _report(run, verdict, left, baseline)
     if glm_code == int(ExitCode.ENGINE_FAILED) and verdict.kind == "engine-error":
@@ -550,6 +602,7 @@ def _outcome_doc(
     running: bool = False,
     glm: tuple[int | None, int | None] | None = None,
     tee: Tee | None = None,
+    watch: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     now_s = time.monotonic() - stream.started
     return {
@@ -598,4 +651,5 @@ def _outcome_doc(
             "forwarded_bytes": dict(tee.bytes_forwarded) if tee is not None else None,
         },
         "notes": run.notes,
+        "watch": dict(watch) if watch is not None else None,
     }

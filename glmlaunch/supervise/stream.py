@@ -152,6 +152,8 @@ class BootStream:
     started: float  # the monotonic time vLLM was started
     timeline: Timeline
     on_ready: Callable[[], None] | None = None
+    #: the watch's feed (serve --supervise --watch): the ready line and every OOM line, still on this thread
+    on_watch_line: Callable[[str], None] | None = None
     boot_cap: int = BOOT_LOG_CAP
     serve_cap: int = SERVE_LOG_CAP
     findings: dict[FindingKind, Finding] = field(default_factory=dict)
@@ -249,6 +251,8 @@ class BootStream:
             self.boot_log.write(out)
         self.timeline.see(plain, t)
         self._find(plain, t)
+        if self.on_watch_line is not None and (ready_line or "out of memory" in plain):
+            self.on_watch_line(plain)
         if ready_line:
             self.boot_log.close()
             self.ready.set()

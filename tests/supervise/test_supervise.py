@@ -489,6 +489,7 @@ def test_dry_run_says_which_mode_runs(profiles: dict[str, Path], env: dict[str, 
         "source": "GLMLAUNCH_SUPERVISE=1",
         "strict_exit": False,
         "stop_grace_s": None,
+        "watch": None,
     }
     exec_line = run_cli(*base, "--exec", env={**env, "GLMLAUNCH_SUPERVISE": "1"}).stdout
     assert "# mode exec (--exec)" in exec_line
