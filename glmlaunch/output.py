@@ -238,7 +238,10 @@ class _MaskedStream:
     @property
     def _stream(self) -> TextIO:
         stream: TextIO = getattr(sys, self._name)
-        return stream
+        # rich's Live swaps sys.stdout/sys.stderr for a proxy that prints through a console; writing to
+        # the proxy from that console would feed it its own output, so unwrap it as rich's Console does
+        proxied: TextIO = getattr(stream, "rich_proxied_file", stream)
+        return proxied
 
     def write(self, text: str) -> int:
         self._stream.write(printable(mask_secrets(text)))

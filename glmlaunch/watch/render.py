@@ -88,7 +88,15 @@ class LiveView:
         if self._live is None:
             from rich.live import Live
 
-            self._live = Live(view, console=output.out_console, auto_refresh=False, redirect_stderr=True)
+            # stderr's lines print above the table only when they share its terminal; stderr sent
+            # elsewhere (a file, a pipe, a log collector) keeps them
+            self._live = Live(
+                view,
+                console=output.out_console,
+                auto_refresh=False,
+                redirect_stdout=False,
+                redirect_stderr=sys.stderr.isatty(),
+            )
             self._live.start()
         else:
             self._live.update(view)
