@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from conftest import FIXTURES, run_cli
-
+from tests.conftest import FIXTURES, run_cli
 from tests.plan.ptyrun import run_on_tty
 
 WATCH = FIXTURES / "watch"
