@@ -124,15 +124,8 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 def _device(d: TraceDevice) -> Device:
-    return Device(
-        index=d.index,
-        nvml_index=d.nvml_index,
-        uuid=d.uuid,
-        pci_bus_id=d.pci_bus_id,
-        name=d.name,
-        total_bytes=d.total_bytes,
-        reserved_bytes=d.reserved_bytes,
-    )
+    # the trace's device is the probe's, field for field
+    return Device(**d.model_dump())
 
 
 def _sample(s: TraceSample) -> MemorySample:
@@ -262,15 +255,7 @@ class Recorder:
             note=self.note,
             interval_s=self.interval_s,
             devices=[
-                TraceDevice(
-                    index=d.index,
-                    nvml_index=d.nvml_index,
-                    uuid=d.uuid,
-                    pci_bus_id=d.pci_bus_id,
-                    name=d.name,
-                    total_bytes=d.total_bytes,
-                    reserved_bytes=d.reserved_bytes,
-                )
+                TraceDevice.model_validate(d, from_attributes=True)
                 for d in self.devices
             ],
             samples=self.samples,
