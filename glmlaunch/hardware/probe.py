@@ -371,6 +371,17 @@ def probe(*, environ: Mapping[str, str] | None = None, host: str | None = None) 
             nvml.nvmlShutdown()
 
 
+def _gpu_count(nvml: Any) -> int:
+    """The GPUs NVML sees; none is the same failure as no driver (exit 8)."""
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except Exception as exc:
+        raise NoGpuError(f"NVML cannot count the GPUs: {_text(exc)}", hint=_NO_GPU_HINT) from None
+    if count == 0:
+        raise NoGpuError("the NVIDIA driver is loaded but sees no GPU", hint=_NO_GPU_HINT)
+    return count
+
+
 def _probe_initialised(nvml: Any, env: Mapping[str, str], host: str) -> Inventory:
     sys_errs = _Errors()
     driver = sys_errs.read("driver_version", lambda: _text(nvml.nvmlSystemGetDriverVersion()))
@@ -378,12 +389,7 @@ def _probe_initialised(nvml: Any, env: Mapping[str, str], host: str) -> Inventor
         "cuda_driver_version", lambda: cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
     )
     nvml_version = sys_errs.read("nvml_version", lambda: _text(nvml.nvmlSystemGetNVMLVersion()))
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-    except Exception as exc:
-        raise NoGpuError(f"NVML cannot count the GPUs: {_text(exc)}", hint=_NO_GPU_HINT) from None
-    if count == 0:
-        raise NoGpuError("the NVIDIA driver is loaded but sees no GPU", hint=_NO_GPU_HINT)
+    count = _gpu_count(nvml)
 
     # (nvml_index, handle or None, bus id or None, error)
     found: list[tuple[int, Any, str | None, Exception | None]] = []
@@ -503,12 +509,7 @@ class NvmlMemorySource:
 
     @staticmethod
     def _open(nvml: Any) -> tuple[tuple[Device, ...], tuple[Any, ...]]:
-        try:
-            count = int(nvml.nvmlDeviceGetCount())
-        except Exception as exc:
-            raise NoGpuError(f"NVML cannot count the GPUs: {_text(exc)}", hint=_NO_GPU_HINT) from None
-        if count == 0:
-            raise NoGpuError("the NVIDIA driver is loaded but sees no GPU", hint=_NO_GPU_HINT)
+        count = _gpu_count(nvml)
         found: list[tuple[str, int, Any, str, str | None, int, int]] = []
         for i in range(count):
             try:
