@@ -31,6 +31,8 @@ LOG_GIB_RESOLUTION = int(0.005 * GIB)
 #: The note older records carry for an incomplete log: ``BootLog.complete`` says it, and the reports name
 #: what the log lacks instead, so this note is no longer written and not repeated where it is stored.
 TRUNCATED_NOTE: Final = "the log ends before every expected line was written"
+#: Why a boot that vLLM did not refuse lacks terms: said alike by ingest, list, show and the lookup.
+NOT_REACHED_KV: Final = "the boot did not reach the KV-cache size line"
 
 # The terms a record needs before it may stand in for the ledger's defaults.
 REQUIRED_TERMS: tuple[str, ...] = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes")
@@ -99,7 +101,7 @@ class Calibration(BaseModel):
             return "the log has no worker rank lines"
         if self.boot.refused:
             return "vLLM refused to start in this boot: " + _refusal_summary(self.boot)
-        cut = "" if self.boot.complete else " (log truncated?)"
+        cut = "" if self.boot.complete else f" (truncated: {NOT_REACHED_KV})"
         return "missing " + ", ".join(self.missing_terms()) + cut
 
     def missing_terms(self) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from glmlaunch.calibrate.model import FEATURE_DOC, TERM_DOC, TermModel
-from glmlaunch.calibrate.records import TRUNCATED_NOTE, Calibration
+from glmlaunch.calibrate.records import NOT_REACHED_KV, TRUNCATED_NOTE, Calibration
 from glmlaunch.calibrate.search import Evaluation, SearchResult, changes
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB, format_size
@@ -93,7 +93,7 @@ def record_report(record: Calibration) -> list[str]:
     lines += refusals
     cut = "the log ends in the middle of a line" if boot.ends_mid_line else ""
     if not boot.complete and not boot.refused:
-        cut = "the boot did not reach the KV-cache size line" + (f" ({cut})" if cut else "")
+        cut = NOT_REACHED_KV + (f" ({cut})" if cut else "")
     if not record.usable and not boot.refused:
         if cut and record.ranks:
             lines.append(

@@ -213,12 +213,16 @@ def test_refused_and_truncated_boots_are_kept_but_not_used(tmp_path: Path) -> No
         "term model"
     )
     assert refused.unusable_reason() == refused_why
-    assert truncated.unusable_reason() == "missing activation_peak_bytes, non_torch_bytes (log truncated?)"
+    truncated_why = (
+        "missing activation_peak_bytes, non_torch_bytes "
+        "(truncated: the boot did not reach the KV-cache size line)"
+    )
+    assert truncated.unusable_reason() == truncated_why
     found = lookup_calibration(r12(), store=store, versions=NO_VLLM)
     assert found.calibration is None
     assert {r.reason for r in found.rejected} == {
         f"matches but is not usable: {refused_why}",
-        "matches but is not usable: missing activation_peak_bytes, non_torch_bytes (log truncated?)",
+        f"matches but is not usable: {truncated_why}",
     }
 
 
