@@ -1,8 +1,10 @@
 """``glmlaunch serve``: resolve -> check -> plan -> preflight -> exec (or supervise) ``vllm serve``.
 
-Each stage is one function below; a stage that does not run says so on stderr, with the reason, and is
-recorded in the dry-run document. Nothing falls back silently: a failed stage stops the launch with its
-documented exit code (README "Exit codes").
+Each stage is one function in :data:`STAGES`; it returns a :class:`StageRecord` (its status, the error a
+launch stops with there, its typed data for the stages after it) and :func:`run_stages`, the one loop,
+decides: a real launch raises the first record's error, a dry run records every stage and reports them.
+Nothing falls back silently: a stage that does not run says why, and a failed stage stops the launch
+with its documented exit code (README "Exit codes").
 
 Inputs: :class:`ServeOptions` (the command line) and the caller's environment, which also carries the
 whole configuration in a container (``GLMLAUNCH_PROFILE``, ``GLMLAUNCH_SET``,
@@ -15,15 +17,14 @@ replaces the process with vLLM (exec, the command line's default) or runs it as 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, cast
 
-from glmlaunch.config.environment import compose
+from glmlaunch.config.environment import LaunchEnvironment, compose
 from glmlaunch.config.registry import (
     GLMLAUNCH_SKIP_PREFLIGHT,
     GLMLAUNCH_STRICT,
@@ -64,18 +65,29 @@ from glmlaunch.ledger.verdict import Verdict, judge
 from glmlaunch.output import mask_secrets, note, out_json, out_text, register_secrets, shell_quote, warn
 
 if TYPE_CHECKING:
+    from glmlaunch.calibrate.apply import CalibrationUse
     from glmlaunch.preflight.api import PreflightRun
+    from glmlaunch.preflight.report import PreflightReport
 
 BACKENDS = ("auto", "sparkinfer", "b12x", "replay")
 #: ``serve --dry-run --json``'s document version (docs/schemas/serve-dry-run.schema.json).
 DRY_RUN_SCHEMA_VERSION = 1
+#: the stages a dry run shows (its ``stages``), and the steps between them it does not show
 StageName = Literal["resolve", "check", "plan", "preflight", "baseline"]
+StepName = Literal["backend", "mode", "environment", "calibration", "launch-spec"]
 Mode = Literal["exec", "supervise"]
+#: ok; note: nothing to act on in this run (a stage a dry run does not run, or what stops a launch but
+#: which a planning machine may lack: the vllm executable); warn: the launch goes on, with something to
+#: act on; error: the launch stops here, and a dry run exits with it
+Status = Literal["ok", "note", "warn", "error"]
+#: a stage as the dry run's document shows it
 StageStatus = Literal["ok", "warn", "skipped", "failed"]
 
 #: How long to wait, after the preflight's teardown, for the driver to hand GPU memory back.
 BASELINE_WAIT_S = 15.0
 BASELINE_POLL_S = 0.5
+
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -139,36 +151,68 @@ class LaunchMode:
         }
 
 
+# --- the record every stage returns -------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class StageRecord:
-    stage: StageName
-    status: StageStatus
-    detail: str
-    #: the code a real launch stops with at this stage (None: it goes on)
-    exit_code: int | None = None
+class Message:
+    """A line a stage has for stderr, said by the loop (in a dry run too): a note or a warning."""
+
+    level: Literal["note", "warn"]
+    text: str
+
+    def say(self) -> None:
+        (warn if self.level == "warn" else note)(self.text)
+
+
+@dataclass(frozen=True)
+class StageRecord(Generic[D]):
+    """What one stage found: its status, the error a launch stops with here, and its data."""
+
+    stage: StageName | StepName
+    status: Status
+    #: what the stages after this one use (Prior.get finds it by its type)
+    data: D
+    detail: str = ""
+    #: what a real launch stops with at this stage (status error, or note where a dry run need not stop)
+    error: GlmlaunchError | None = None
+    #: False: the stage did not run (skipped), and ``detail`` says why
+    ran: bool = True
+    messages: tuple[Message, ...] = ()
+    #: how a real launch reports this stage on stderr; None: not at all (its error line or its own
+    #: report says it, or there is nothing to add)
+    progress: Literal["note", "warn"] | None = "note"
+    #: False: a step between the stages that the dry run does not show (it never carries an error)
+    shown: bool = True
+
+    @property
+    def shown_status(self) -> StageStatus:
+        if not self.ran:
+            return "skipped"
+        if self.error is not None:
+            return "failed"
+        return "warn" if self.status == "warn" else "ok"
+
+    @property
+    def exit_code(self) -> int | None:
+        """The code a real launch stops with at this stage (None: it goes on)."""
+        return int(self.error.exit_code) if self.error is not None else None
 
     def line(self, *, dry_run: bool = True) -> str:
         who = "a real launch" if dry_run else "the launch"
         stop = f"; {who} stops here with exit {self.exit_code}" if self.exit_code is not None else ""
-        return f"{self.stage} {self.status}: {self.detail}{stop}"
+        return f"{self.stage} {self.shown_status}: {self.detail}{stop}"
 
     def to_json(self) -> dict[str, object]:
         return {
             "stage": self.stage,
-            "status": self.status,
+            "status": self.shown_status,
             "detail": mask_secrets(self.detail),
             "exit_code": self.exit_code,
         }
 
-
-@dataclass(frozen=True)
-class Blocking:
-    """A stage a real launch would stop at, and the error it would stop with."""
-
-    stage: StageName
-    error: GlmlaunchError
-
-    def to_json(self) -> dict[str, object]:
+    def blocking_json(self) -> dict[str, object]:
+        assert self.error is not None
         return {
             "stage": self.stage,
             "exit_code": int(self.error.exit_code),
@@ -177,72 +221,113 @@ class Blocking:
 
 
 @dataclass(frozen=True)
-class ServePlan:
-    """Everything decided before the hand-off; printed by ``--dry-run``, executed otherwise."""
+class Prior:
+    """What a stage gets: the command line, the caller's environment, and the records before it."""
 
-    profile: str
-    spec: LaunchSpec
+    options: ServeOptions
+    environ: Mapping[str, str]
+    tool: ToolSettings
+    records: tuple[StageRecord[Any], ...] = ()
+
+    def get(self, kind: type[D]) -> D:
+        """The data of type ``kind`` the latest stage before this one produced."""
+        for record in reversed(self.records):
+            if isinstance(record.data, kind):
+                return record.data
+        raise LookupError(f"no stage before this one produces a {kind.__name__} (see STAGES)")
+
+
+Stage = Callable[[Prior], StageRecord[Any]]
+
+
+# --- what the stages hand on ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The preflight's backend (--backend, GLMLAUNCH_BACKEND, auto)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    resolved: Resolved
     vllm: VllmBinary
-    extra_args: tuple[str, ...]
-    stages: tuple[StageRecord, ...]
-    shadowed: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    checks: CheckReport | None = None
-    dry_run: bool = False
-    #: every stage a real launch would stop at, in stage order (dry runs only: a real launch raises at the
-    #: first; a dry run goes on so that it can show the command and every problem)
-    blocking: tuple[Blocking, ...] = ()
-    #: the memory verdict of the plan stage (glmlaunch.ledger.verdict)
-    verdict: Verdict | None = None
-    mode: LaunchMode = LaunchMode("exec", "default")
-    #: what a supervised launch keeps (the resolved configuration, the budget, the evidence)
-    config: DeploymentConfig | None = None
-    budget: Budget | None = None
-    calibration: str = ""
-    inventory: Inventory | None = None
-    preflight: dict[str, Any] | None = None
-    #: the calibration's ledger inputs the budget was computed with (the supervised watch plans with them)
-    calibration_inputs: object | None = None
+    #: the configuration's warnings, one line each
+    warnings: tuple[str, ...]
 
     @property
-    def failure(self) -> GlmlaunchError | None:
-        """The error a real launch would stop with: the first blocking stage's."""
-        return self.blocking[0].error if self.blocking else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": DRY_RUN_SCHEMA_VERSION,
-            "profile": self.profile,
-            "dry_run": self.dry_run,
-            "started": False,
-            "would_start": self.failure is None,
-            "mode": self.mode.to_json(),
-            "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
-            "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
-            "blocking": [b.to_json() for b in self.blocking],
-            "verdict": self.verdict.to_json() if self.verdict is not None else None,
-            "argv": mask_argv(self.spec.argv),
-            "command": self.spec.command_line(),
-            "extra_args": mask_argv(self.extra_args),
-            "vllm": {
-                "requested": self.vllm.requested,
-                "source": self.vllm.source,
-                "path": self.vllm.path,
-                "problem": self.vllm.problem,
-            },
-            "env_changes": [c.to_json() for c in self.spec.env_changes],
-            "shadowed": [mask_secrets(s) for s in self.shadowed],
-            "stages": [s.to_json() for s in self.stages],
-            "checks": self.checks.to_json() if self.checks is not None else None,
-            "warnings": [mask_secrets(w) for w in self.warnings],
-        }
+    def config(self) -> DeploymentConfig:
+        return self.resolved.config
 
 
-# --- stages ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Environment:
+    """The launch environment: the caller's plus every name the configuration manages."""
+
+    launch: LaunchEnvironment
+    #: the caller's variables the configuration replaces, one line each
+    shadowed: tuple[str, ...]
 
 
-def resolve_stage(options: ServeOptions, environ: Mapping[str, str]) -> Resolved:
-    return resolve_config(options.profile, options.overrides, environ)
+@dataclass(frozen=True)
+class Checked:
+    report: CheckReport | None  # None: no GPU to check (a dry run goes on without)
+    inventory: Inventory | None
+    #: the memory verdict's budget on the GPUs' real memory (None: no memory was read)
+    budget: Budget | None
+
+
+@dataclass(frozen=True)
+class Planned:
+    verdict: Verdict
+    budget: Budget
+
+
+@dataclass(frozen=True)
+class Preflighted:
+    run: PreflightRun | None  # None: the preflight did not run
+    report: PreflightReport | None
+
+
+# --- the stages -----------------------------------------------------------------------------------------
+
+
+def backend_step(prior: Prior) -> StageRecord[Backend]:
+    backend = prior.options.backend or prior.tool.backend or "auto"
+    if backend not in BACKENDS:
+        raise ConfigError("unknown preflight backend", key="--backend", value=backend, allowed=BACKENDS)
+    return StageRecord("backend", "ok", Backend(backend), progress=None, shown=False)
+
+
+def mode_step(prior: Prior) -> StageRecord[LaunchMode]:
+    return StageRecord("mode", "ok", launch_mode(prior.options, prior.tool), progress=None, shown=False)
+
+
+def resolve_stage(prior: Prior) -> StageRecord[Resolution]:
+    """The configuration (a configuration that does not resolve ends the run, dry or not) and vLLM."""
+    options = prior.options
+    resolved = resolve_config(options.profile, options.overrides, prior.environ)
+    register_secrets(resolved.config.env)
+    warnings = tuple(d.one_line() for d in resolved.warnings)
+    messages = tuple(Message("warn", line) for line in warnings)
+    try:
+        reject_managed_flags(options.extra_args)
+    except ConfigErrors:
+        for message in messages:  # the run ends here: the configuration's warnings are said first
+            message.say()
+        raise
+    vllm = locate_vllm(options.vllm_bin, prior.environ)
+    data = Resolution(resolved, vllm, warnings)
+    detail = f"profile {resolved.profile_name}"
+    if vllm.path is None:
+        try:
+            require_vllm(vllm)
+        except LaunchError as exc:
+            detail += f"; vllm: {vllm.problem} (from {vllm.source})"
+            return StageRecord("resolve", "error", data, detail, exc, messages=messages, progress=None)
+    return StageRecord("resolve", "ok", data, detail, messages=messages)
 
 
 def reject_managed_flags(extra: Sequence[str]) -> None:
@@ -262,6 +347,24 @@ def reject_managed_flags(extra: Sequence[str]) -> None:
     )
 
 
+def environment_step(prior: Prior) -> StageRecord[Environment]:
+    launch_env = compose(prior.get(Resolution).config, prior.environ)
+    shadowed = tuple(s.message() for s in launch_env.shadowed)
+    messages = tuple(Message("warn", line) for line in shadowed)
+    return StageRecord(
+        "environment", "ok", Environment(launch_env, shadowed), messages=messages, progress=None, shown=False
+    )
+
+
+def calibration_step(prior: Prior) -> StageRecord[CalibrationUse]:
+    """Once per launch: the check's memory verdict, the plan stage and the preflight use the same terms."""
+    from glmlaunch.calibrate.apply import calibration_for
+
+    use = calibration_for(prior.get(Resolution).config)
+    messages = (*(Message("warn", line) for line in use.warnings), Message("note", use.message))
+    return StageRecord("calibration", "ok", use, messages=messages, progress=None, shown=False)
+
+
 @dataclass
 class _BudgetMemo:
     """Keeps the budget the check stage's memory verdict computed, so the plan stage reports that one."""
@@ -269,7 +372,6 @@ class _BudgetMemo:
     budget: Budget | None = None
     inputs: MemoryInputs | None = None
     calibration: object | None = None  # the term model's ledger inputs (calibration records / rig defaults)
-    inventory: Inventory | None = None  # what the check read (a supervised boot keeps it)
 
     def __call__(self, config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
         self.budget = ledger_budget(config, inputs, calibration=self.calibration)
@@ -277,95 +379,113 @@ class _BudgetMemo:
         return self.budget
 
 
-def _say(record: StageRecord, *, dry_run: bool) -> None:
-    # A dry run prints its stages on stdout (they are its data); a real launch reports them as progress.
-    if not dry_run:
-        note(record.line(dry_run=False))
-
-
-def check_stage(
-    config: DeploymentConfig,
-    profile: str,
-    *,
-    inventory_file: Path | None,
-    environ: Mapping[str, str],
-    strict: bool,
-    dry_run: bool,
-    calibration: object | None = None,
-) -> tuple[StageRecord, CheckReport | None, _BudgetMemo, GlmlaunchError | None]:
+def check_stage(prior: Prior) -> StageRecord[Checked]:
     """Hardware checks and the memory verdict on the GPUs vLLM will see (the launch environment's view)."""
+    from glmlaunch.calibrate.apply import CalibrationUse
     from glmlaunch.hardware.probe import get_inventory
 
+    resolution = prior.get(Resolution)
+    config = resolution.config
+    calibration = prior.get(CalibrationUse).calibration
     memo = _BudgetMemo(calibration=calibration)
     try:
-        inv = get_inventory(inventory_file, environ=environ)
+        inv = get_inventory(prior.options.inventory, environ=prior.get(Environment).launch.full)
     except NoGpuError as exc:
-        if not dry_run:
-            raise
-        record = StageRecord("check", "skipped", "no GPU to check here", exit_code=int(exc.exit_code))
-        return record, None, memo, exc
-    memo.inventory = inv
+        return StageRecord(
+            "check", "error", Checked(None, None, None), "no GPU to check here", exc, ran=False, progress=None
+        )
     report = run_checks(
-        config, inv, purpose="serve", profile=profile, budget_fn=memo, calibration=calibration
+        config,
+        inv,
+        purpose="serve",
+        profile=resolution.resolved.profile_name,
+        budget_fn=memo,
+        calibration=calibration,
     )
     counts = report.counts()
     failure: GlmlaunchError | None = None
     try:
-        report.raise_for_status(strict=strict, strict_source=f"{GLMLAUNCH_STRICT}=1")
+        report.raise_for_status(strict=prior.tool.strict, strict_source=f"{GLMLAUNCH_STRICT}=1")
     except GlmlaunchError as exc:
         failure = exc
+    messages: list[Message] = []
     for r in report.results:
         # The error line names the first failure of its class already: every other row is said once here.
         named = failure is not None and r.status == "FAIL" and f"{r.name}: {r.message}" in failure.message
         if r.status in ("WARN", "FAIL") and not named:
-            warn(f"check {r.name}: {r.status}: {r.message}")
+            messages.append(Message("warn", f"check {r.name}: {r.status}: {r.message}"))
     summary = (
         f"{len(report.results)} checks on GPUs {list(report.gpus)} of the {report.inventory}: "
         f"{counts['OK']} OK, {counts['WARN']} WARN, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP"
     )
-    status: StageStatus = "failed" if failure is not None else ("warn" if counts["WARN"] else "ok")
-    record = StageRecord(
-        "check", status, summary, exit_code=int(failure.exit_code) if failure is not None else None
+    status: Status = "error" if failure is not None else ("warn" if counts["WARN"] else "ok")
+    return StageRecord(
+        "check", status, Checked(report, inv, memo.budget), summary, failure, messages=tuple(messages)
     )
-    _say(record, dry_run=dry_run)
-    return record, report, memo, failure
 
 
-def plan_stage(
-    config: DeploymentConfig, memo: _BudgetMemo, *, dry_run: bool = False
-) -> tuple[StageRecord, Verdict, MarginError | None]:
-    record, verdict, error, _ = plan_stage_budget(config, memo, dry_run=dry_run)
-    return record, verdict, error
-
-
-def plan_stage_budget(
-    config: DeploymentConfig, memo: _BudgetMemo, *, dry_run: bool = False
-) -> tuple[StageRecord, Verdict, MarginError | None, Budget]:
+def plan_budget_stage(prior: Prior) -> StageRecord[Planned]:
     """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
-    budget, basis = memo.budget, "the GPUs' real memory"
-    cal = memo.calibration
+    from glmlaunch.calibrate.apply import CalibrationUse
+
+    config = prior.get(Resolution).config
+    cal = prior.get(CalibrationUse).calibration
+    budget, basis = prior.get(Checked).budget, "the GPUs' real memory"
+    messages: tuple[Message, ...] = ()
     if budget is None:
         budget = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
         basis = "the profile's hardware.memory_per_gpu (no GPU memory was read)"
         # Without a check stage no memory_verdict row carried the cautions: they are said here, once.
-        for caution in budget.cautions:
-            warn(f"plan: {caution}")
+        messages = tuple(Message("warn", f"plan: {caution}") for caution in budget.cautions)
     verdict = judge(config, budget, cal)
     text = f"verdict {verdict.summary()}; from {basis}"
+    data = Planned(verdict, budget)
     if not verdict.ok:
         error = MarginError(
             f"plan: {verdict.summary()}",
             hint="`glmlaunch plan` shows every entry; lower memory.gpu_memory_utilization or the pools",
         )
-        return StageRecord("plan", "failed", text, exit_code=int(error.exit_code)), verdict, error, budget
-    record = StageRecord("plan", "ok", text)
-    _say(record, dry_run=dry_run)
-    return record, verdict, None, budget
+        return StageRecord("plan", "error", data, text, error, messages=messages, progress=None)
+    return StageRecord("plan", "ok", data, text, messages=messages)
 
 
-def preflight_stage(
+_DRY_RUN_SKIP = "--dry-run starts no process"
+
+
+def _skip_reason(options: ServeOptions, tool: ToolSettings) -> str | None:
+    # The flag and the variable come first: a dry run of a launch that skips the preflight anyway has no
+    # preflight to forecast.
+    if options.skip_preflight:
+        return "--skip-preflight"
+    if tool.skip_preflight:
+        return f"{GLMLAUNCH_SKIP_PREFLIGHT}=1"
+    if options.dry_run:
+        return _DRY_RUN_SKIP
+    return None
+
+
+def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
+    """The preflight on the real GPUs; a dry run says what stops it here before it starts."""
+    from glmlaunch.calibrate.apply import CalibrationUse
+
+    config = prior.get(Resolution).config
+    skip = _skip_reason(prior.options, prior.tool)
+    if skip is None:
+        return preflight_on_gpus(config, prior.get(Backend).name, prior.get(CalibrationUse).calibration)
+    nothing = Preflighted(None, None)
+    if skip != _DRY_RUN_SKIP:
+        # skipping a real launch's preflight is worth a warning
+        return StageRecord("preflight", "warn", nothing, skip, ran=False, progress="warn")
+    forecast = preflight_forecast(config, prior.get(Environment).launch.full)
+    if forecast is None:
+        return StageRecord("preflight", "note", nothing, skip, ran=False)
+    detail = f"{skip}; a real launch runs it and stops: {forecast.message}"
+    return StageRecord("preflight", "error", nothing, detail, forecast, ran=False)
+
+
+def preflight_on_gpus(
     config: DeploymentConfig, backend: str, calibration: object | None = None
-) -> PreflightRun:
+) -> StageRecord[Preflighted]:
     """Build the pools on the real GPUs and compare with the ledger (glmlaunch.preflight)."""
     from glmlaunch.preflight.api import run_preflight
     from glmlaunch.preflight.report import build_report, failure_error, render_text
@@ -374,11 +494,14 @@ def preflight_stage(
         config, backend=cast(Any, backend), device="cuda", progress=note, calibration=calibration
     )
     report = build_report(run)
-    note(render_text(report))
+    data = Preflighted(run, report)
+    # the report is the stage's progress on stderr: no line of its own
+    said = (Message("note", render_text(report)),)
     error = failure_error(report, launching=True)
-    if error is None:
-        return run
-    raise error
+    detail = f"preflight passed ({run.backend.name} backend)" if error is None else report.verdict
+    return StageRecord(
+        "preflight", "ok" if error is None else "error", data, detail, error, messages=said, progress=None
+    )
 
 
 def preflight_forecast(config: DeploymentConfig, environ: Mapping[str, str]) -> GlmlaunchError | None:
@@ -402,6 +525,15 @@ def preflight_forecast(config: DeploymentConfig, environ: Mapping[str, str]) -> 
     return None
 
 
+def baseline_stage(prior: Prior) -> StageRecord[None]:
+    run = prior.get(Preflighted).run
+    if run is None:
+        return StageRecord(
+            "baseline", "note", None, "no preflight ran, so no workers to wait for", ran=False, progress=None
+        )
+    return confirm_baseline(run, prior.get(Environment).launch.full)
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -418,7 +550,7 @@ def confirm_baseline(
     *,
     wait_s: float = BASELINE_WAIT_S,
     read_gpus: Callable[[Mapping[str, str]], list[GpuMemory]] = read_gpu_memory,
-) -> StageRecord:
+) -> StageRecord[None]:
     """Before exec: the preflight's workers are gone and every GPU has its pre-preflight free memory back."""
     from glmlaunch.preflight.api import LEAK_SLACK_BYTES
 
@@ -433,158 +565,164 @@ def confirm_baseline(
             break
         time.sleep(BASELINE_POLL_S)
     if problems:
-        raise PreflightError(
+        error = PreflightError(
             "GPUs are not back at their pre-preflight baseline: " + "; ".join(problems),
             hint="vLLM was not started; find the holders with `glmlaunch hw` and stop them",
         )
-    record = StageRecord(
-        "baseline", "ok", f"preflight workers gone, free memory back on GPUs {[b.index for b in before]}"
+        return StageRecord("baseline", "error", None, "; ".join(problems), error, progress=None)
+    detail = f"preflight workers gone, free memory back on GPUs {[b.index for b in before]}"
+    return StageRecord("baseline", "ok", None, detail)
+
+
+def launch_spec_step(prior: Prior) -> StageRecord[LaunchSpec]:
+    """Exactly what exec (or the supervisor) runs: the final argv, the environment and its changes."""
+    resolution = prior.get(Resolution)
+    launch_env = prior.get(Environment).launch
+    vllm = resolution.vllm
+    argv = full_argv(resolution.config, prior.options.extra_args, vllm_bin=vllm.path or vllm.requested)
+    spec = LaunchSpec(
+        argv=tuple(argv), env=dict(launch_env.full), env_changes=env_changes(launch_env, prior.environ)
     )
-    note(record.line())
-    return record
+    return StageRecord("launch-spec", "ok", spec, progress=None, shown=False)
 
 
-# --- the whole chain ------------------------------------------------------------------------------
+#: The stages in order: a new stage is one entry here (and its function); the data it needs comes from
+#: the stages before it (``Prior.get``).
+STAGES: tuple[Stage, ...] = (
+    backend_step,
+    mode_step,
+    resolve_stage,
+    environment_step,
+    calibration_step,
+    check_stage,
+    plan_budget_stage,
+    preflight_stage,
+    baseline_stage,
+    launch_spec_step,
+)
 
 
-_DRY_RUN_SKIP = "--dry-run starts no process"
+# --- the one loop ---------------------------------------------------------------------------------------
 
 
-def _skip_reason(options: ServeOptions, tool: ToolSettings) -> str | None:
-    # The flag and the variable come first: a dry run of a launch that skips the preflight anyway has no
-    # preflight to forecast.
-    if options.skip_preflight:
-        return "--skip-preflight"
-    if tool.skip_preflight:
-        return f"{GLMLAUNCH_SKIP_PREFLIGHT}=1"
-    if options.dry_run:
-        return _DRY_RUN_SKIP
-    return None
+def run_stages(options: ServeOptions, environ: Mapping[str, str]) -> Prior:
+    """Every stage in order. A real launch raises the first error a record carries; a dry run records
+    every stage and goes on, so that it can show the command and every problem. A stage that cannot
+    hand on its data (a configuration that does not resolve) raises itself: nothing after it could run.
+    """
+    prior = Prior(options, environ, ToolSettings.from_environ(environ))
+    for stage in STAGES:
+        record = stage(prior)
+        for message in record.messages:
+            message.say()
+        # A dry run prints its stages on stdout (they are its data); a real launch reports them as progress.
+        if not options.dry_run and record.progress is not None:
+            (warn if record.progress == "warn" else note)(record.line(dry_run=False))
+        if record.error is not None and (not options.dry_run or not record.shown):
+            raise record.error
+        prior = replace(prior, records=(*prior.records, record))
+    return prior
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything decided before the hand-off; printed by ``--dry-run``, executed otherwise."""
+
+    profile: str
+    spec: LaunchSpec
+    vllm: VllmBinary
+    extra_args: tuple[str, ...]
+    #: the stages a dry run shows, in order
+    stages: tuple[StageRecord[Any], ...]
+    shadowed: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    checks: CheckReport | None = None
+    dry_run: bool = False
+    #: the memory verdict of the plan stage (glmlaunch.ledger.verdict)
+    verdict: Verdict | None = None
+    mode: LaunchMode = LaunchMode("exec", "default")
+    #: what a supervised launch keeps (the resolved configuration, the budget, the evidence)
+    config: DeploymentConfig | None = None
+    budget: Budget | None = None
+    calibration: str = ""
+    inventory: Inventory | None = None
+    preflight: PreflightReport | None = None
+    #: the calibration's ledger inputs the budget was computed with (the supervised watch plans with them)
+    calibration_inputs: object | None = None
+
+    @property
+    def blocking(self) -> tuple[StageRecord[Any], ...]:
+        """Every stage a real launch would stop at, in stage order (a dry run's only: a real launch
+        raises at the first)."""
+        return tuple(s for s in self.stages if s.error is not None)
+
+    @property
+    def failure(self) -> GlmlaunchError | None:
+        """The error a real launch would stop with: the first blocking stage's."""
+        return self.blocking[0].error if self.blocking else None
+
+    @property
+    def dry_run_failure(self) -> GlmlaunchError | None:
+        """The error the dry run stops with: the first blocking stage's that is not a note."""
+        return next((s.error for s in self.blocking if s.status == "error"), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": DRY_RUN_SCHEMA_VERSION,
+            "profile": self.profile,
+            "dry_run": self.dry_run,
+            "started": False,
+            "would_start": self.failure is None,
+            "mode": self.mode.to_json(),
+            "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
+            "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
+            "blocking": [b.blocking_json() for b in self.blocking],
+            "verdict": self.verdict.to_json() if self.verdict is not None else None,
+            "argv": mask_argv(self.spec.argv),
+            "command": self.spec.command_line(),
+            "extra_args": mask_argv(self.extra_args),
+            "vllm": {
+                "requested": self.vllm.requested,
+                "source": self.vllm.source,
+                "path": self.vllm.path,
+                "problem": self.vllm.problem,
+            },
+            "env_changes": [c.to_json() for c in self.spec.env_changes],
+            "shadowed": [mask_secrets(s) for s in self.shadowed],
+            "stages": [s.to_json() for s in self.stages],
+            "checks": self.checks.to_json() if self.checks is not None else None,
+            "warnings": [mask_secrets(w) for w in self.warnings],
+        }
 
 
 def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
-    """Run every stage up to the hand-off and return what would be executed.
+    """Run every stage up to the hand-off (:func:`run_stages`) and return what would be executed."""
+    from glmlaunch.calibrate.apply import CalibrationUse
 
-    A real launch raises at the first stage that fails. A dry run goes on past every failure so that it
-    shows the command and every stage; it records each stage a real launch would stop at (``blocking``),
-    and the first one's exit code is the dry run's.
-    """
-    from glmlaunch.calibrate.apply import calibration_for
-
-    dry = options.dry_run
     register_secrets(environ)
     register_argv_secrets(options.extra_args)
-    tool = ToolSettings.from_environ(environ)
-    backend = options.backend or tool.backend or "auto"
-    if backend not in BACKENDS:
-        raise ConfigError("unknown preflight backend", key="--backend", value=backend, allowed=BACKENDS)
-    strict = tool.strict
-    mode = launch_mode(options, tool)
-
-    resolved = resolve_stage(options, environ)
-    config = resolved.config
-    register_secrets(config.env)
-    warnings = [d.one_line() for d in resolved.warnings]
-    for line in warnings:
-        warn(line)
-    reject_managed_flags(options.extra_args)
-    blocking: list[Blocking] = []
-    preflight_doc: dict[str, Any] | None = None
-
-    vllm = locate_vllm(options.vllm_bin, environ)
-    resolved_text = f"profile {resolved.profile_name}"
-    if vllm.path is None:
-        try:
-            require_vllm(vllm)
-        except LaunchError as exc:
-            if not dry:
-                raise
-            blocking.append(Blocking("resolve", exc))
-            resolved_text += f"; vllm: {vllm.problem} (from {vllm.source})"
-    stages = [
-        StageRecord(
-            "resolve",
-            "failed" if blocking else "ok",
-            resolved_text,
-            exit_code=int(blocking[0].error.exit_code) if blocking else None,
-        )
-    ]
-    _say(stages[0], dry_run=dry)
-
-    launch_env = compose(config, environ)
-    shadowed = tuple(s.message() for s in launch_env.shadowed)
-    for line in shadowed:
-        warn(line)
-
-    # Once per launch: the check's memory verdict, the plan stage and the preflight use the same terms.
-    use = calibration_for(config)
-    for line in use.warnings:
-        warn(line)
-    note(use.message)
-
-    check, report, memo, check_failure = check_stage(
-        config,
-        resolved.profile_name,
-        inventory_file=options.inventory,
-        environ=launch_env.full,
-        strict=strict,
-        dry_run=dry,
-        calibration=use.calibration,
-    )
-    stages.append(check)
-    if check_failure is not None:
-        if not dry:
-            raise check_failure
-        blocking.append(Blocking("check", check_failure))
-    plan_record, verdict, plan_failure, budget = plan_stage_budget(config, memo, dry_run=dry)
-    stages.append(plan_record)
-    if plan_failure is not None:
-        if not dry:
-            raise plan_failure
-        blocking.append(Blocking("plan", plan_failure))
-
-    skip = _skip_reason(options, tool)
-    if skip is not None:
-        forecast = preflight_forecast(config, launch_env.full) if skip == _DRY_RUN_SKIP else None
-        if forecast is not None:
-            blocking.append(Blocking("preflight", forecast))
-            detail = f"{skip}; a real launch runs it and stops: {forecast.message}"
-            record = StageRecord("preflight", "skipped", detail, exit_code=int(forecast.exit_code))
-        else:
-            record = StageRecord("preflight", "skipped", skip)
-        if not dry:
-            warn(record.line(dry_run=False))  # skipping a real launch's preflight is worth a warning
-        stages.append(record)
-        stages.append(StageRecord("baseline", "skipped", "no preflight ran, so no workers to wait for"))
-    else:
-        run = preflight_stage(config, backend, use.calibration)
-        stages.append(StageRecord("preflight", "ok", f"preflight passed ({run.backend.name} backend)"))
-        stages.append(confirm_baseline(run, launch_env.full))
-        if mode.mode == "supervise":
-            preflight_doc = _preflight_document(run)
-
-    argv = full_argv(config, options.extra_args, vllm_bin=vllm.path or vllm.requested)
-    spec = LaunchSpec(
-        argv=tuple(argv), env=dict(launch_env.full), env_changes=env_changes(launch_env, environ)
-    )
+    prior = run_stages(options, environ)
+    resolution = prior.get(Resolution)
+    checked = prior.get(Checked)
+    planned = prior.get(Planned)
+    use = prior.get(CalibrationUse)
     return ServePlan(
-        profile=resolved.profile_name,
-        spec=spec,
-        vllm=vllm,
+        profile=resolution.resolved.profile_name,
+        spec=prior.get(LaunchSpec),
+        vllm=resolution.vllm,
         extra_args=options.extra_args,
-        stages=tuple(stages),
-        shadowed=shadowed,
-        warnings=tuple(warnings),
-        checks=report,
-        dry_run=dry,
-        blocking=tuple(blocking),
-        verdict=verdict,
-        mode=mode,
-        config=config,
-        budget=budget,
+        stages=tuple(r for r in prior.records if r.shown),
+        shadowed=prior.get(Environment).shadowed,
+        warnings=resolution.warnings,
+        checks=checked.report,
+        dry_run=options.dry_run,
+        verdict=planned.verdict,
+        mode=prior.get(LaunchMode),
+        config=resolution.config,
+        budget=planned.budget,
         calibration=use.headline or use.message,
-        inventory=memo.inventory,
-        preflight=preflight_doc,
+        inventory=checked.inventory,
+        preflight=prior.get(Preflighted).report,
         calibration_inputs=use.calibration,
     )
 
@@ -622,12 +760,6 @@ def launch_mode(options: ServeOptions, tool: ToolSettings) -> LaunchMode:
     return LaunchMode(
         mode, source, strict_exit=strict, stop_grace_s=tool.stop_grace, watch=watch, metrics=metrics
     )
-
-
-def _preflight_document(run: PreflightRun) -> dict[str, Any]:
-    from glmlaunch.preflight.report import build_report
-
-    return cast(dict[str, Any], json.loads(json.dumps(build_report(run).to_dict(), default=str)))
 
 
 def serve(options: ServeOptions, environ: Mapping[str, str] | None = None) -> ServePlan:
@@ -713,7 +845,7 @@ def _boot_documents(plan: ServePlan) -> dict[str, dict[str, Any]]:
         "preflight.json": {
             "stages": [s.to_json() for s in plan.stages],
             "checks": plan.checks.to_json() if plan.checks is not None else None,
-            "preflight": plan.preflight,
+            "preflight": plan.preflight.to_dict() if plan.preflight is not None else None,
         },
     }
     if plan.inventory is not None:
@@ -742,7 +874,7 @@ def dry_run_text(plan: ServePlan) -> str:
     lines.extend(_env_line(c) for c in plan.spec.env_changes)
     if plan.blocking:
         first = plan.blocking[0]
-        code = int(first.error.exit_code)
+        code = first.exit_code
         # the reason is the stage's line above (and the error line on stderr): not said a third time
         lines.append(f"# a launch would stop at the {first.stage} stage, exit {code}")
     lines.append("# command")
@@ -751,13 +883,22 @@ def dry_run_text(plan: ServePlan) -> str:
 
 
 def render(plan: ServePlan, *, as_json: bool) -> None:
-    """Print a dry run (a real launch never returns here); then raise what a launch would stop with."""
+    """Print a dry run (a real launch never returns here); then raise what the dry run stops with.
+
+    A stopper that is a note (the vllm executable, which a planning machine need not have) is said as a
+    note: the dry run still exits 0 for it, and its document keeps the launch's exit code."""
     if as_json:
         out_json(plan.to_json())
     else:
         out_text(dry_run_text(plan))
-    if plan.failure is not None:
-        raise plan.failure
+    for stage in plan.blocking:
+        if stage.status == "note" and stage.error is not None:
+            note(
+                f"a launch would stop at the {stage.stage} stage with exit {stage.exit_code}: "
+                f"{stage.error.one_line()}"
+            )
+    if plan.dry_run_failure is not None:
+        raise plan.dry_run_failure
 
 
 def validate_json_flag(*, as_json: bool, dry_run: bool) -> None:

@@ -7,6 +7,7 @@ co-tenant that grabs memory after the preflight must stop the launch with exit 5
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from glmlaunch.config.environment import compose
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.units import format_size
 from glmlaunch.errors import ExitCode, PreflightError
-from glmlaunch.launch.serve import confirm_baseline, preflight_stage
+from glmlaunch.launch.serve import confirm_baseline, preflight_on_gpus
 
 
 def _nvml_works() -> bool:
@@ -50,8 +51,13 @@ def test_preflight_then_baseline_then_cotenant_refusal() -> None:
         {},
     ).config
     env = dict(compose(config, os.environ).full)
-    run = preflight_stage(config, "replay")
+    preflight = preflight_on_gpus(config, "replay")
+    assert preflight.error is None and preflight.status == "ok"
+    run, report = preflight.data.run, preflight.data.report
+    assert run is not None and report is not None
     assert run.outcome.ok and not run.leaks
+    # the typed report is what a supervised boot keeps (preflight.json): strict JSON as it is
+    assert json.loads(json.dumps(report.to_dict(), allow_nan=False))["verdict"] == "ok"
     assert confirm_baseline(run, env).status == "ok"
 
     holder = subprocess.Popen(
@@ -67,11 +73,11 @@ def test_preflight_then_baseline_then_cotenant_refusal() -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(PreflightError) as err:
-            confirm_baseline(run, env, wait_s=2.0)
-        assert err.value.exit_code == ExitCode.PREFLIGHT
-        assert "less free than before the preflight" in err.value.message
-        assert f"new holder pid(s) [{holder.pid}]" in err.value.message
+        refused = confirm_baseline(run, env, wait_s=2.0)
+        assert refused.status == "error" and isinstance(refused.error, PreflightError)
+        assert refused.error.exit_code == ExitCode.PREFLIGHT
+        assert "less free than before the preflight" in refused.error.message
+        assert f"new holder pid(s) [{holder.pid}]" in refused.error.message
     finally:
         holder.kill()
         holder.wait()
