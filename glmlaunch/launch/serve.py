@@ -325,8 +325,9 @@ def resolve_stage(prior: Prior) -> StageRecord[Resolution]:
         try:
             require_vllm(vllm)
         except LaunchError as exc:
+            # A planning machine need not have vLLM: a dry run notes it and shows the command, not exit 6.
             detail += f"; vllm: {vllm.problem} (from {vllm.source})"
-            return StageRecord("resolve", "error", data, detail, exc, messages=messages, progress=None)
+            return StageRecord("resolve", "note", data, detail, exc, messages=messages, progress=None)
     return StageRecord("resolve", "ok", data, detail, messages=messages)
 
 
@@ -667,6 +668,7 @@ class ServePlan:
         return next((s.error for s in self.blocking if s.status == "error"), None)
 
     def to_json(self) -> dict[str, Any]:
+        dry_failure = self.dry_run_failure
         return {
             "schema_version": DRY_RUN_SCHEMA_VERSION,
             "profile": self.profile,
@@ -675,6 +677,7 @@ class ServePlan:
             "would_start": self.failure is None,
             "mode": self.mode.to_json(),
             "exit_code": int(self.failure.exit_code) if self.failure is not None else 0,
+            "dry_run_exit_code": int(dry_failure.exit_code) if dry_failure is not None else 0,
             "error": mask_secrets(self.failure.one_line()) if self.failure is not None else None,
             "blocking": [b.blocking_json() for b in self.blocking],
             "verdict": self.verdict.to_json() if self.verdict is not None else None,

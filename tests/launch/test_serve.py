@@ -202,13 +202,29 @@ def test_missing_or_unusable_binary_exit_6(fake: Fake, tmp_path: Path) -> None:
     rc, _, _, err = start(*common, "--vllm-bin", str(broken), env=env)
     assert rc == 6 and "cannot execute" in err and "Traceback" not in err
 
-    # A dry run still shows the command, and says what a real launch would do: stop with exit 6.
+    # A dry run needs no vLLM (a planning machine): it shows the command, notes that a real launch would
+    # stop with exit 6, and exits 0; its document keeps the launch's exit code.
     rc, _, out, err = start(*common, "--dry-run", env=no_vllm)
-    assert rc == 6, err
+    assert rc == 0, err
     assert "# a launch would stop at the resolve stage, exit 6\n" in out
-    assert "no executable 'vllm' on PATH" in err
     assert out.count("no executable 'vllm' on PATH") == 1  # the stage's line says it; the summary does not
     assert out.strip().splitlines()[-1].startswith("vllm serve ")
+    assert "error:" not in err
+    assert err.strip().splitlines()[-1].startswith(
+        "a launch would stop at the resolve stage with exit 6: PATH: cannot start vLLM: no executable 'vllm'"
+    )
+    rc, _, out, err = start(*common, "--dry-run", "--json", env=no_vllm)
+    assert rc == 0, err
+    doc = json.loads(out)
+    validate(doc)
+    assert (doc["would_start"], doc["exit_code"], doc["dry_run_exit_code"]) == (False, 6, 0)
+    assert doc["blocking"] == [{"stage": "resolve", "exit_code": 6, "error": doc["error"]}]
+    assert doc["error"].startswith("PATH: cannot start vLLM: no executable 'vllm' on PATH")
+    assert doc["vllm"]["path"] is None and doc["argv"][:2] == ["vllm", "serve"]
+    assert [s["stage"] for s in doc["stages"] if s["exit_code"] is not None] == ["resolve"]
+    # the same for an executable named explicitly that this machine does not have
+    rc, _, out, _ = start(*common, "--vllm-bin", "/opt/vllm/bin/vllm", "--dry-run", "--json", env=no_vllm)
+    assert rc == 0 and json.loads(out)["exit_code"] == 6 and json.loads(out)["vllm"]["source"] == "--vllm-bin"
     assert not record.exists()
 
 
@@ -604,18 +620,21 @@ def _no_nvml() -> bool:
 
 
 @pytest.mark.parametrize(
-    ("with_vllm", "extra", "code", "stage"),
+    ("with_vllm", "extra", "code", "stage", "dry_code"),
     [
-        (False, [], 6, "resolve"),  # the first blocking stage wins: resolve (6) before check (8)
-        (True, [], 8, "check"),  # no NVML here: nothing to check
-        (False, ["--inventory", str(INVENTORY)], 6, "resolve"),
+        # the first blocking stage wins: resolve (6) before check (8); the dry run only notes the 6
+        (False, [], 6, "resolve", 8),
+        (True, [], 8, "check", 8),  # no NVML here: nothing to check
+        (False, ["--inventory", str(INVENTORY)], 6, "resolve", 8),
         # the inventory stands in for the check; the preflight needs real GPUs
-        (True, ["--inventory", str(INVENTORY)], 8, "preflight"),
-        (True, ["--inventory", str(INVENTORY), "--skip-preflight"], 0, None),
+        (True, ["--inventory", str(INVENTORY)], 8, "preflight", 8),
+        (True, ["--inventory", str(INVENTORY), "--skip-preflight"], 0, None, 0),
+        # a planning machine without vLLM: the dry run exits 0, the real launch 6
+        (False, ["--inventory", str(INVENTORY), "--skip-preflight"], 6, "resolve", 0),
     ],
 )
 def test_dry_run_tells_what_the_real_run_would_do(
-    fake: Fake, with_vllm: bool, extra: list[str], code: int, stage: str | None
+    fake: Fake, with_vllm: bool, extra: list[str], code: int, stage: str | None, dry_code: int
 ) -> None:
     if not _no_nvml():
         pytest.skip("this machine has an NVIDIA driver")
@@ -626,13 +645,16 @@ def test_dry_run_tells_what_the_real_run_would_do(
     rc, _, out, err = start(*args, "--dry-run", "--json", env=env)
     doc = json.loads(out)
     validate(doc)
-    assert rc == doc["exit_code"] == code, err
+    assert rc == doc["dry_run_exit_code"] == dry_code, err
+    assert doc["exit_code"] == code
     assert doc["would_start"] is (code == 0)
+    assert ("a launch would stop at the resolve stage with exit 6: PATH:" in err) is (not with_vllm)
+    assert err.strip().splitlines()[-1].startswith("error: ") is (dry_code != 0)
     assert (doc["blocking"][0]["stage"] if doc["blocking"] else None) == stage
     stopped = {s["stage"]: s["exit_code"] for s in doc["stages"] if s["exit_code"] is not None}
     assert (min(stopped, key=list(stopped).index) if stopped else None) == stage
     rc_text, _, text, _ = start(*args, "--dry-run", env=env)
-    assert rc_text == code
+    assert rc_text == dry_code
     assert (f"# a launch would stop at the {stage} stage, exit {code}\n" in text) is (stage is not None)
     assert not record.exists(), "a dry run starts nothing"
     # the real run does what the dry run said
