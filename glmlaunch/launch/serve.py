@@ -182,7 +182,7 @@ class StageRecord(Generic[D]):
     #: how a real launch reports this stage on stderr; None: not at all (its error line or its own
     #: report says it, or there is nothing to add)
     progress: Literal["note", "warn"] | None = "note"
-    #: False: a step between the stages that the dry run does not show (it never carries an error)
+    #: False: a step between the stages that the dry run does not show (an error it carries ends any run)
     shown: bool = True
 
     @property
