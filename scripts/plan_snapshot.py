@@ -47,15 +47,24 @@ def plan(profile: str, sets: list[str], home: str) -> dict[str, object]:
     cmd = [str(exe), "plan", "-p", profile, "--json"]
     for s in sets:
         cmd += ["--set", s]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
-           "XDG_CACHE_HOME": f"{home}/cache", "XDG_CONFIG_HOME": f"{home}/config",
-           "XDG_DATA_HOME": f"{home}/data", "XDG_STATE_HOME": f"{home}/state",
-           "COLUMNS": "200", "LC_ALL": "C.UTF-8"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": home,
+        "XDG_CACHE_HOME": f"{home}/cache",
+        "XDG_CONFIG_HOME": f"{home}/config",
+        "XDG_DATA_HOME": f"{home}/data",
+        "XDG_STATE_HOME": f"{home}/state",
+        "COLUMNS": "200",
+        "LC_ALL": "C.UTF-8",
+    }
+    if "PYTHONPATH" in os.environ:  # the tree under test, not the editable install
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    return {"exit_code": proc.returncode,
-            "plan": json.loads(proc.stdout) if proc.stdout.strip() else None,
-            "stderr_first_line": (proc.stderr.strip().splitlines() or [""])[-1]
-            if proc.returncode else ""}
+    return {
+        "exit_code": proc.returncode,
+        "plan": json.loads(proc.stdout) if proc.stdout.strip() else None,
+        "stderr_first_line": (proc.stderr.strip().splitlines() or [""])[-1] if proc.returncode else "",
+    }
 
 
 def diff(a: object, b: object, path: str = "") -> list[str]:
