@@ -50,7 +50,7 @@ def cli(*args: str, cache: Path, check: bool = True) -> subprocess.CompletedProc
 def logged(path: Path) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
     from glmlaunch.calibrate.bootconfig import boot_settings
-    from glmlaunch.calibrate.logs import parse_log_file
+    from glmlaunch.vllmlog.boot import parse_log_file
 
     boot = parse_log_file(path)
     r0 = boot.ranks[0]

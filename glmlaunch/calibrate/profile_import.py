@@ -30,7 +30,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel
 
-from glmlaunch.calibrate.bootconfig import BootConfig, map_boot, parse_boot_config
+from glmlaunch.calibrate.bootconfig import map_boot
 from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
 from glmlaunch.config.profiles import PROFILE_SUFFIXES, list_profiles
 from glmlaunch.config.registry import GLMLAUNCH_PROFILE_PATH, MANAGED_BY_NAME
@@ -40,6 +40,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.files import check_writable_target, comment_header, refuse_existing, write_text
 from glmlaunch.output import header_text, is_safe, is_secret_name, note
+from glmlaunch.vllmlog.bootconfig import BootConfig, parse_boot_config
 
 _MISSING = object()
 
