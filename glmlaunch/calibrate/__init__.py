@@ -11,7 +11,7 @@ read by :mod:`glmlaunch.vllmlog` (the stage below: :mod:`~glmlaunch.vllmlog.boot
 * :mod:`~glmlaunch.calibrate.bootconfig`: the configuration a log booted, as glmlaunch settings.
 * :mod:`~glmlaunch.calibrate.model`, :mod:`~glmlaunch.calibrate.learn`: the term model and its fit from the
   records of one rig shape; :mod:`~glmlaunch.calibrate.rigdefaults`: the rig's defaults
-  (:mod:`~glmlaunch.calibrate.derive` re-derives them from the shipped logs).
+  (``scripts/derive_rig_defaults.py`` re-derives them from the shipped logs).
 * :mod:`~glmlaunch.calibrate.apply`: ``calibration_for`` — the term model as ledger inputs for plan, check,
   serve and preflight.
 * :mod:`~glmlaunch.calibrate.residuals`: predicted (rig defaults or ledger) against logged, per rank.
