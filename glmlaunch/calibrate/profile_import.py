@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel
 
 from glmlaunch.calibrate.bootconfig import map_boot
+from glmlaunch.config import paths
 from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
 from glmlaunch.config.profiles import PROFILE_SUFFIXES, list_profiles
 from glmlaunch.config.registry import GLMLAUNCH_PROFILE_PATH, MANAGED_BY_NAME
@@ -82,12 +83,7 @@ def has_setting(key: str, model: type[BaseModel] = DeploymentConfig) -> bool:
 
 
 def lookup(data: Mapping[str, Any], key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
+    return paths.get(data, key, _MISSING)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -96,17 +92,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, int | float) and isinstance(b, int | float):
         return float(a) == float(b)
     return bool(a == b)
-
-
-def _nest(flat: Mapping[str, object]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in sorted(flat):
-        parts = key.split(".")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = flat[key]
-    return out
 
 
 def _profile_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -233,7 +218,7 @@ def _render(
         "description": header_text(f"imported from {log.name} (vLLM {bc.vllm_version or 'unknown'})"),
         "extends": base,
     }
-    nested = _nest({k: v for k, v in written.items() if k != "description"})
+    nested = paths.nest({k: written[k] for k in sorted(written) if k != "description"})
     doc.update(nested)
     if env:
         doc["env"] = dict(sorted(env.items()))
