@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the rig defaults' fit and the documented boots are build-time modules of scripts/, not of the package
+sys.path.insert(0, str(ROOT / "scripts"))
 LOGS = sorted((ROOT / "tests" / "fixtures" / "boot-logs").glob("*.log"))
 GIB = 1024**3
 
@@ -50,7 +52,7 @@ def cli(*args: str, cache: Path, check: bool = True) -> subprocess.CompletedProc
 def logged(path: Path) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
     from glmlaunch.calibrate.bootconfig import boot_settings
-    from glmlaunch.calibrate.logs import parse_log_file
+    from glmlaunch.vllmlog.boot import parse_log_file
 
     boot = parse_log_file(path)
     r0 = boot.ranks[0]
@@ -145,7 +147,7 @@ def documented_capacities() -> list[dict[str, object]]:
 
     Every documented boot whose pool vLLM sized from memory (a pinned pool is exact by construction) is
     planned with the shipped rig defaults, in process (its configuration is the shipped profile of its
-    checkpoint with the record's shape, glmlaunch/calibrate/documented.py). The rig defaults' release
+    checkpoint with the record's shape, scripts/documented_boots.py). The rig defaults' release
     overheads were fitted on these boots, so that column is in sample; the leave-one-out column re-fits
     the overhead of the boot's release and DCP without it (a release with no other boot takes the nearest
     release's, as a plan of an undocumented release does).
@@ -153,9 +155,10 @@ def documented_capacities() -> list[dict[str, object]]:
     sys.path.insert(0, str(ROOT))
     from dataclasses import replace
 
+    from derive_rig_defaults import release_offsets
+    from documented_boots import documented_boots, sized_pool
+
     from glmlaunch.calibrate.apply import model_calibration
-    from glmlaunch.calibrate.derive import release_offsets
-    from glmlaunch.calibrate.documented import documented_boots, sized_pool
     from glmlaunch.calibrate.model import ReleaseOffset
     from glmlaunch.calibrate.rigdefaults import _rig_model
     from glmlaunch.ledger import build_ledger
@@ -251,7 +254,7 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 RIG_DEFAULTS.append("")
                 if mode.startswith("strict"):
-                    from glmlaunch.calibrate.derive import derive_document
+                    from derive_rig_defaults import derive_document
 
                     path = Path(tmp) / "rig-defaults-without-this-boot.json"
                     path.write_text(json.dumps(derive_document([str(p) for p in others])))

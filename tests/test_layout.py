@@ -1,8 +1,12 @@
 """The package layout is the pipeline: no import cycles, and no stage imports a later one.
 
-Stages in pipeline order (``ls glmlaunch/``): config → ledger (the memory model) → hardware → calibrate →
-plan → preflight → watch → supervise → launch, with ``cli.py`` on top. Calibration feeds the plan, so it
-sits below it; the memory model sits below calibration, which fits its residuals. ``watch`` compares live
+Stages in pipeline order (``ls glmlaunch/``): config → vllmlog → ledger (the memory model) → hardware →
+calibrate → plan → preflight → watch → supervise → launch, with ``cli.py`` on top. ``vllmlog`` is the
+grammar of vLLM's log (its lines, patterns and events); calibrate learns from a boot's log, watch explains
+an OOM line, supervise reads vLLM's output live, so it sits below all three; it parses text and needs only
+config's units and read limits, so it sits right above config, where nothing but config can reach it.
+Calibration feeds the plan, so it sits below it; the memory model sits below calibration, which fits its
+residuals. ``watch`` compares live
 memory with the plan and feeds runtime evidence back to calibration; ``serve --supervise --watch`` runs it
 on a thread, so it sits below ``supervise``. ``supervise`` runs vLLM as a child and writes calibration
 records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates the stages and hands
@@ -21,6 +25,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "glmlaunch"
 STAGES = (
     "config",
+    "vllmlog",
     "ledger",
     "hardware",
     "calibrate",

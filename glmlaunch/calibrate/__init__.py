@@ -1,16 +1,17 @@
 """Stage 4 — calibration: learn W, P, N, G_e and T - F0 from real vLLM boots; the term model plans use.
 
-Modules, one concern each (import the one you need; this package imports nothing heavy):
+Modules, one concern each (import the one you need; this package imports nothing heavy). A boot's log is
+read by :mod:`glmlaunch.vllmlog` (the stage below: :mod:`~glmlaunch.vllmlog.boot` per rank,
+:mod:`~glmlaunch.vllmlog.bootconfig` the configuration that booted); what it read is learned from here.
 
 * :mod:`~glmlaunch.calibrate.terms`: :class:`CalibratedTerms`, the per-rank terms (standard library only).
-* :mod:`~glmlaunch.calibrate.logs`: the boot-log parser (per worker rank, every docs/memory-model.md §6 line).
 * :mod:`~glmlaunch.calibrate.fingerprint`: what a record is keyed by, and why two keys differ.
 * :mod:`~glmlaunch.calibrate.records`: a record (one boot) and the terms derived from it.
 * :mod:`~glmlaunch.calibrate.store`: records under the cache directory (atomic, locked) and lookup.
-* :mod:`~glmlaunch.calibrate.bootconfig`: the configuration a log booted (vLLM args, launcher table).
+* :mod:`~glmlaunch.calibrate.bootconfig`: the configuration a log booted, as glmlaunch settings.
 * :mod:`~glmlaunch.calibrate.model`, :mod:`~glmlaunch.calibrate.learn`: the term model and its fit from the
   records of one rig shape; :mod:`~glmlaunch.calibrate.rigdefaults`: the rig's defaults
-  (:mod:`~glmlaunch.calibrate.derive` re-derives them from the shipped logs).
+  (``scripts/derive_rig_defaults.py`` re-derives them from the shipped logs).
 * :mod:`~glmlaunch.calibrate.apply`: ``calibration_for`` — the term model as ledger inputs for plan, check,
   serve and preflight.
 * :mod:`~glmlaunch.calibrate.residuals`: predicted (rig defaults or ledger) against logged, per rank.

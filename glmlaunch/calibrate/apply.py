@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from glmlaunch.config import paths
 from glmlaunch.config.schema import DeploymentConfig
 
 if TYPE_CHECKING:
@@ -66,11 +67,7 @@ class LedgerCalibration:
 
 def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig:
     data = config.model_dump(mode="python")
-    node = data
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        node = node[part]
-    node[parts[-1]] = value
+    paths.put(data, dotted, value)
     return DeploymentConfig.model_validate(data)
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from glmlaunch.config import paths
 from glmlaunch.config.schema import DeploymentConfig
 
 if TYPE_CHECKING:
@@ -62,22 +63,13 @@ NON_MEMORY_SETTINGS: tuple[str, ...] = (
 SOFTWARE_DISTRIBUTIONS: tuple[str, ...] = ("vllm", "torch", "b12x", "sparkinfer")
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, JsonLeaf]]:
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            yield from _flatten(value, dotted + ".")
-        else:
-            yield dotted, value
-
-
 def _denied(key: str) -> bool:
-    return any(key == d or key.startswith(d + ".") for d in NON_MEMORY_SETTINGS)
+    return any(paths.within(key, d) for d in NON_MEMORY_SETTINGS)
 
 
 def memory_settings(config: DeploymentConfig) -> dict[str, JsonLeaf]:
     """The memory-relevant configuration as flat dotted keys (``settings.`` prefix not included)."""
-    flat = {k: v for k, v in _flatten(config.model_dump(mode="json")) if not _denied(k)}
+    flat = {k: v for k, v in paths.flatten(config.model_dump(mode="json")) if not _denied(k)}
     flat["cudagraph.capture_sizes_effective"] = config.capture_sizes()
     flat["memory.allocator_conf_effective"] = config.allocator_conf
     return dict(sorted(flat.items()))

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
-from glmlaunch.calibrate.logs import BootLog, parse_log_file
 from glmlaunch.calibrate.records import (
     LOG_GIB_RESOLUTION,
     Calibration,
@@ -24,6 +23,7 @@ from glmlaunch.config.safeload import short
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
 from glmlaunch.hardware.inventory import Inventory
+from glmlaunch.vllmlog.boot import BootLog, parse_log_file
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
+from glmlaunch.config import paths
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
 
@@ -50,14 +51,7 @@ def _base_dump(base: str) -> str:
 def _config_from_settings(base: str, settings_json: str) -> DeploymentConfig:
     data: dict[str, Any] = json.loads(_base_dump(base))
     for dotted, value in json.loads(settings_json).items():
-        node = data
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = node[part] = {}
-            node = child
-        node[parts[-1]] = value
+        paths.put(data, dotted, value)
     try:
         return DeploymentConfig.model_validate(data)
     except ValidationError as exc:

@@ -30,7 +30,8 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel
 
-from glmlaunch.calibrate.bootconfig import BootConfig, map_boot, parse_boot_config
+from glmlaunch.calibrate.bootconfig import map_boot
+from glmlaunch.config import paths
 from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
 from glmlaunch.config.profiles import PROFILE_SUFFIXES, list_profiles
 from glmlaunch.config.registry import GLMLAUNCH_PROFILE_PATH, MANAGED_BY_NAME
@@ -40,6 +41,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.files import check_writable_target, comment_header, refuse_existing, write_text
 from glmlaunch.output import header_text, is_safe, is_secret_name, note
+from glmlaunch.vllmlog.bootconfig import BootConfig, parse_boot_config
 
 _MISSING = object()
 
@@ -81,12 +83,7 @@ def has_setting(key: str, model: type[BaseModel] = DeploymentConfig) -> bool:
 
 
 def lookup(data: Mapping[str, Any], key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
+    return paths.get(data, key, _MISSING)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -95,17 +92,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, int | float) and isinstance(b, int | float):
         return float(a) == float(b)
     return bool(a == b)
-
-
-def _nest(flat: Mapping[str, object]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in sorted(flat):
-        parts = key.split(".")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = flat[key]
-    return out
 
 
 def _profile_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -232,7 +218,7 @@ def _render(
         "description": header_text(f"imported from {log.name} (vLLM {bc.vllm_version or 'unknown'})"),
         "extends": base,
     }
-    nested = _nest({k: v for k, v in written.items() if k != "description"})
+    nested = paths.nest({k: written[k] for k in sorted(written) if k != "description"})
     doc.update(nested)
     if env:
         doc["env"] = dict(sorted(env.items()))

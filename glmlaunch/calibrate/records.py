@@ -18,9 +18,9 @@ from typing import Any, Final, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, model_validator
 
 from glmlaunch.calibrate.fingerprint import Fingerprint
-from glmlaunch.calibrate.logs import BootLog, RankObservation
 from glmlaunch.calibrate.terms import CalibratedTerms
 from glmlaunch.config.units import GIB
+from glmlaunch.vllmlog.boot import BootLog, RankObservation
 
 RECORD_KIND: Final = "glmlaunch-calibration"
 SCHEMA_VERSION: Final = 1

@@ -46,6 +46,7 @@ import yaml
 
 from glmlaunch.calibrate.apply import _with, model_calibration
 from glmlaunch.calibrate.model import TermModel
+from glmlaunch.config import paths
 from glmlaunch.config.limits import MAX_TOKENS
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import MIB, format_size
@@ -691,17 +692,6 @@ def changes(result: SearchResult) -> dict[str, tuple[Any, Any]]:
     return out
 
 
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    root: dict[str, Any] = {}
-    for dotted, value in flat.items():
-        node = root
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return root
-
-
 def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
     """The calibrated overlay profile: ``extends:`` the original and sets only what the search changed."""
     if result.best is None:
@@ -732,7 +722,7 @@ def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
             f"{k} {result.knob.show(v) if k == result.knob.key else v}" for k, (_, v) in diff.items()
         ),
         "extends": extends,
-        **_nest({k: v for k, (_, v) in diff.items()}),
+        **paths.nest({k: v for k, (_, v) in diff.items()}),
     }
     from glmlaunch.files import comment_header
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from glmlaunch import output
+from glmlaunch.config import paths
 from glmlaunch.config.environment import produced_env, split_secrets
 from glmlaunch.config.profiles import list_profiles as _list_profiles
 from glmlaunch.config.profiles import load_chain
@@ -46,15 +47,6 @@ def resolve(profile: str | None, overrides: Sequence[str]) -> Resolved:
     for diag in resolved.notes:
         note(diag.one_line())
     return resolved
-
-
-def _flat(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(data, dict) and data:
-        out: list[tuple[str, Any]] = []
-        for key, value in data.items():
-            out += _flat(value, f"{prefix}{key}.")
-        return out
-    return [(prefix.rstrip("."), data)]
 
 
 #: ``schema_version`` of the documents below; bump it when a key changes meaning or goes away.
@@ -92,7 +84,7 @@ def show_config(profile: str | None, overrides: Sequence[str], *, as_json: bool)
     table.add_column("value")
     table.add_column("source")
     sizes = size_keys()
-    for key, value in _flat(resolved.config.model_dump(mode="json")):
+    for key, value in paths.flatten(resolved.config.model_dump(mode="json")):
         leaf = key.rsplit(".", 1)[-1]
         if key in sizes and isinstance(value, int):
             # 95.01 GiB as the profile wrote it, not 102016210698 (the JSON keeps the exact integer)

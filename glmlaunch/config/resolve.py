@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from glmlaunch.config import paths
 from glmlaunch.config.diagnostics import Diagnostic, Source
 from glmlaunch.config.limits import MAX_OVERRIDE_CHARS
 from glmlaunch.config.profiles import ProfileFile, load_chain
@@ -65,15 +66,6 @@ class Resolved:
 
 
 # --- layering ------------------------------------------------------------------------------------
-
-
-def _leaves(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            yield from _leaves(value, dotted + ".")
-        else:
-            yield dotted, value
 
 
 # Two spellings of one setting: a layer that sets one replaces what a lower layer set with the other.
@@ -131,7 +123,7 @@ def _forget(provenance: dict[str, Source], dotted: str, old: Any) -> None:
     """
     provenance.pop(dotted, None)
     if isinstance(old, Mapping):
-        for leaf, _ in _leaves(old, dotted + "."):
+        for leaf, _ in paths.flatten(old, dotted + "."):
             provenance.pop(leaf, None)
 
 
@@ -141,14 +133,6 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
-
-
-def _nest(dotted: str, value: Any) -> dict[str, Any]:
-    parts = dotted.split(".")
-    out: dict[str, Any] = {parts[-1]: value}
-    for part in reversed(parts[:-1]):
-        out = {part: out}
-    return out
 
 
 def parse_override_value(raw: str, *, key: str = "--set") -> Any:
@@ -213,7 +197,7 @@ def setting_env_name(key: str) -> str:
 
 
 def _all_setting_keys() -> list[str]:
-    return [k for k, _ in _leaves(DeploymentConfig().model_dump(mode="json"))] + _section_keys(
+    return [k for k, _ in paths.flatten(DeploymentConfig().model_dump(mode="json"))] + _section_keys(
         DeploymentConfig
     )
 
@@ -259,18 +243,17 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, So
                 hint=(f"did you mean {close[0]}?" if close else "settings are GLMLAUNCH_<SECTION>__<FIELD>")
                 + " (`glmlaunch config` lists every key)",
             )
-        _merge(layer, _nest(key, parse_override_value(environ[name], key=name)), {}, lambda _k: Source("env"))
+        value = parse_override_value(environ[name], key=name)
+        _merge(layer, paths.nest({key: value}), {}, lambda _k: Source("env"))
         sources[key] = Source("env", name)
     return layer, sources
 
 
 def _env_origin(key: str, env_sources: Mapping[str, Source]) -> Source:
     """The variable that set ``key`` or a mapping above it: a lookup per prefix, not a scan."""
-    probe = key
-    while probe:
+    for probe in paths.ancestors(key):
         if probe in env_sources:
             return env_sources[probe]
-        probe = probe.rpartition(".")[0]
     return Source("env")
 
 
@@ -280,7 +263,7 @@ def _apply(
     # `--set server.default_chat_template_kwargs.x=1` sets one entry of a whole map; the map's own key
     # (or one above it) gives the map
     whole = not any(key.startswith(w + ".") for w in WHOLE_MAPS)
-    _merge(merged, _nest(key, value), provenance, lambda _k: source, whole=whole)
+    _merge(merged, paths.nest({key: value}), provenance, lambda _k: source, whole=whole)
 
 
 def resolve_config(
@@ -306,7 +289,7 @@ def resolve_config(
         _merge(merged, data, provenance, _profile_source)
 
     env_layer, env_sources = _env_layer(env)
-    for key, value in _leaves(env_layer):
+    for key, value in paths.flatten(env_layer):
         _apply(merged, provenance, key, value, _env_origin(key, env_sources))
 
     applied: list[str] = []
@@ -324,7 +307,7 @@ def resolve_config(
     except ValidationError as exc:
         raise ConfigErrors(_convert(exc, provenance)) from None
 
-    for key, _ in _leaves(config.model_dump(mode="json")):
+    for key, _ in paths.flatten(config.model_dump(mode="json")):
         provenance.setdefault(key, Source("default"))
 
     diagnostics = validate_config(config, provenance)
@@ -355,11 +338,9 @@ def _fields_at(loc: Sequence[str | int]) -> list[str]:
 
 
 def _source_for(dotted: str, provenance: Mapping[str, Source]) -> str | None:
-    probe = dotted
-    while probe:
+    for probe in paths.ancestors(dotted):
         if probe in provenance:
             return str(provenance[probe])
-        probe = probe.rpartition(".")[0]
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from glmlaunch.config import paths
 from glmlaunch.config.diagnostics import Diagnostic, Source
 from glmlaunch.config.rules import RULES
 from glmlaunch.config.schema import DeploymentConfig
@@ -19,11 +20,9 @@ _LAYER = ("default", "profile", "env", "cli")
 
 
 def _sources_of(key: str, provenance: Mapping[str, Source]) -> list[Source]:
-    probe = key
-    while probe:
+    for probe in paths.ancestors(key):
         if probe in provenance:
             return [provenance[probe]]
-        probe = probe.rpartition(".")[0]
     # A section set as a whole (capture_rule: {max: 32}) is recorded at its leaves.
     return [v for k, v in provenance.items() if k.startswith(key + ".")]
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from glmlaunch.config import paths
 from glmlaunch.errors import ConfigError
 from glmlaunch.plan.planner import PlanResult, make_plan
 
@@ -50,18 +51,9 @@ class Diff:
     budget: tuple[tuple[str, int, int], ...]  # (term, left, right)
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): data}
-
-
 def diff_plans(left: PlanResult, right: PlanResult) -> Diff:
-    lf = _flat(left.config.model_dump(mode="json"))
-    rf = _flat(right.config.model_dump(mode="json"))
+    lf = dict(paths.flatten(left.config.model_dump(mode="json")))
+    rf = dict(paths.flatten(right.config.model_dump(mode="json")))
     settings = tuple(
         SettingDelta(k, lf.get(k), rf.get(k)) for k in sorted(set(lf) | set(rf)) if lf.get(k) != rf.get(k)
     )

@@ -20,7 +20,6 @@ plan used.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -29,10 +28,11 @@ from glmlaunch.config.units import GIB, format_size
 from glmlaunch.supervise.process import signal_name
 from glmlaunch.supervise.stream import Finding, FindingKind
 from glmlaunch.supervise.timeline import Timeline, fmt_seconds
+from glmlaunch.vllmlog.events import CAPACITY_AS_PRINTED_RE, TRIED_AS_PRINTED_RE
 
 if TYPE_CHECKING:
-    from glmlaunch.calibrate.logs import BootLog, Refusal
     from glmlaunch.calibrate.records import Calibration
+    from glmlaunch.vllmlog.boot import BootLog, Refusal
 
 OutcomeKind = Literal["served", "refused", "oom", "hung", "failed", "engine-error", "killed", "exited"]
 
@@ -77,16 +77,10 @@ def first_refusal(boot: BootLog) -> Refusal | None:
     return None
 
 
-_ALLOC_RE = re.compile(r"Tried to allocate ([0-9.]+ ?[KMGT]?i?B)")
-_FREE_RE = re.compile(
-    r"GPU ([0-9]+) has a total capacity of ([0-9.]+ ?[KMGT]?i?B) of which ([0-9.]+ ?[KMGT]?i?B) is free"
-)
-
-
 def oom_line(finding: Finding) -> str:
     where = f" in {finding.process}" if finding.process else ""
-    alloc = _ALLOC_RE.search(finding.text)
-    free = _FREE_RE.search(finding.text)
+    alloc = TRIED_AS_PRINTED_RE.search(finding.text)
+    free = CAPACITY_AS_PRINTED_RE.search(finding.text)
     if alloc is None:
         return f"CUDA out of memory{where}: {finding.text}"
     text = f"CUDA out of memory{where}: tried to allocate {alloc.group(1)}"

@@ -50,12 +50,12 @@ from glmlaunch.supervise.tee import Item, Tee, copy_window_size, open_pty
 from glmlaunch.supervise.timeline import Timeline, expected_from_phases, fmt_seconds
 
 if TYPE_CHECKING:
-    from glmlaunch.calibrate.logs import BootLog
     from glmlaunch.calibrate.records import Calibration, SupervisedBoot
     from glmlaunch.config.schema import DeploymentConfig
     from glmlaunch.hardware.baseline import GpuMemory
     from glmlaunch.hardware.inventory import Inventory
     from glmlaunch.supervise.watching import Watching, WatchSetup
+    from glmlaunch.vllmlog.boot import BootLog
 
 #: added to vLLM's own drain time (``--shutdown-timeout``) before glmlaunch signals its process group
 DRAIN_MARGIN_S = 30.0
@@ -529,7 +529,7 @@ _STOP_NAMES = {process.signal_name(s) for s in process.STOPPING}
 
 
 def _parse(run: _Run) -> BootLog | None:
-    from glmlaunch.calibrate.logs import parse_log_file
+    from glmlaunch.vllmlog.boot import parse_log_file
 
     path = run.boot.path / "boot.log"
     return parse_log_file(path) if path.exists() else None

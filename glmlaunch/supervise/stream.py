@@ -14,7 +14,8 @@ One thread consumes what the readers (:mod:`glmlaunch.supervise.tee`) queued and
   still on this thread.
 
 Lines from vLLM's stdout and stderr are kept whole (each stream is split on its own); their order in the
-copy is the order they reached glmlaunch. The boot's own parser (:mod:`glmlaunch.calibrate.logs`) reads
+copy is the order they reached glmlaunch. What a line says is read by :mod:`glmlaunch.vllmlog` (the
+failures, the ready line, the milestones); the boot's own parser (:mod:`glmlaunch.vllmlog.boot`) reads
 ``boot.log`` once it is closed: the record is exactly what ``calibrate ingest`` makes of that file.
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,11 +31,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from glmlaunch.calibrate.logs import strip_ansi
 from glmlaunch.config.units import MIB
 from glmlaunch.output import MASK, known_secrets
 from glmlaunch.supervise.tee import Item
-from glmlaunch.supervise.timeline import READY_LINE, Timeline
+from glmlaunch.supervise.timeline import Timeline
+from glmlaunch.vllmlog.events import (
+    FAILURE_LEAD_RE,
+    OUT_OF_MEMORY,
+    STARTUP_COMPLETE,
+    exception_of,
+    is_engine_fatal,
+    is_oom_line,
+    may_state_exception,
+)
+from glmlaunch.vllmlog.lines import process_of, strip_ansi
 
 BOOT_LOG_CAP = 64 * MIB
 SERVE_LOG_CAP = 64 * MIB
@@ -43,21 +52,6 @@ SERVE_LOG_CAP = 64 * MIB
 BATCH_WAIT_S = 0.01
 #: a "line" longer than this without a newline (a progress bar redrawn with \r) is written as it is
 MAX_PARTIAL = 256 * 1024
-
-_PREFIX_RE = re.compile(r"\((?P<proc>[A-Za-z][A-Za-z0-9_]*) pid=(?P<pid>[0-9]+)\)")
-_EXCEPTION_RE = re.compile(r"\b((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)")
-_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
-#: What vLLM writes when its engine dies (v1: core.py, core_client.py, engine/utils.py, exceptions.py).
-ENGINE_FATAL_MARKERS = (
-    "EngineDeadError",
-    "EngineCore encountered a fatal error",
-    "EngineCore failed to start",
-    "Engine core initialization failed",
-)
-
-_ANY_FINDING_RE = re.compile(
-    "|".join(re.escape(m) for m in (*_OOM_MARKERS, *ENGINE_FATAL_MARKERS, "Error: ", "Exception: "))
-)
 
 FindingKind = Literal["exception", "oom", "engine-fatal"]
 
@@ -244,14 +238,14 @@ class BootStream:
         masked = mask_line(text, self._secrets)
         out = raw if masked is text else masked.encode("utf-8", "surrogateescape")
         plain = strip_ansi(text) if "\x1b" in text else text
-        ready_line = not self.ready.is_set() and READY_LINE in plain
+        ready_line = not self.ready.is_set() and STARTUP_COMPLETE in plain
         if self.ready.is_set():
             self._serve_write(out)
         else:
             self.boot_log.write(out)
         self.timeline.see(plain, t)
         self._find(plain, t)
-        if self.on_watch_line is not None and (ready_line or "out of memory" in plain):
+        if self.on_watch_line is not None and (ready_line or OUT_OF_MEMORY in plain):
             self.on_watch_line(plain)
         if ready_line:
             self.boot_log.close()
@@ -269,21 +263,20 @@ class BootStream:
         log.write(data)
 
     def _find(self, text: str, t: float) -> None:
-        if _ANY_FINDING_RE.search(text) is None:  # one scan for the common line, which holds none
+        if FAILURE_LEAD_RE.search(text) is None:  # one scan for the common line, which holds none
             return
         after = self.ready.is_set()
-        if "oom" not in self.findings and any(m in text for m in _OOM_MARKERS):
+        if "oom" not in self.findings and is_oom_line(text):
             self._keep("oom", text, t, after)
-        if "engine-fatal" not in self.findings and any(m in text for m in ENGINE_FATAL_MARKERS):
+        if "engine-fatal" not in self.findings and is_engine_fatal(text):
             self._keep("engine-fatal", text, t, after)
-        if "exception" not in self.findings and ("Error: " in text or "Exception: " in text):
-            m = _EXCEPTION_RE.search(text)
-            if m is not None:
-                self._keep("exception", text, t, after, message=f"{m.group(1)}: {m.group(2).strip()}")
+        if "exception" not in self.findings and may_state_exception(text):
+            stated = exception_of(text)
+            if stated is not None:
+                self._keep("exception", text, t, after, message=stated)
 
     def _keep(self, kind: FindingKind, text: str, t: float, after: bool, message: str | None = None) -> None:
-        prefix = _PREFIX_RE.search(text)
-        process = prefix.group("proc") if prefix is not None else None
-        body = message if message is not None else text[prefix.end() :] if prefix is not None else text
+        process, rest = process_of(text)
+        body = message if message is not None else rest
         shown = mask_line(" ".join(body.split()), self._secrets)[:300]
         self.findings[kind] = Finding(kind, process, shown, t, after)

@@ -23,14 +23,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from glmlaunch.vllmlog.events import GRAPHS_CAPTURED, KV_CACHE_SIZED, STARTUP_COMPLETE, WEIGHTS_LOADED
+
 #: (phase, the line that ends it, whether every rank writes it)
 MARKERS: tuple[tuple[str, str, bool], ...] = (
-    ("load", "Model loading took", True),
-    ("profile", "GPU KV cache size:", False),
-    ("graph capture", "Graph capturing finished", True),
-    ("api start", "Application startup complete", False),
+    ("load", WEIGHTS_LOADED, True),
+    ("profile", KV_CACHE_SIZED, False),
+    ("graph capture", GRAPHS_CAPTURED, True),
+    ("api start", STARTUP_COMPLETE, False),
 )
-READY_LINE = "Application startup complete"
 PHASES: tuple[str, ...] = tuple(name for name, _, _ in MARKERS)
 _PHASE_OF = {text: name for name, text, _ in MARKERS}
 _MARKER_RE = re.compile("|".join(re.escape(text) for _, text, _ in MARKERS))

@@ -29,9 +29,9 @@ from glmlaunch.errors import GlmlaunchError
 from glmlaunch.output import debug_enabled, note, warn
 
 if TYPE_CHECKING:
-    from glmlaunch.calibrate.logs import RuntimeEvent
     from glmlaunch.config.schema import DeploymentConfig
     from glmlaunch.ledger.budget import Budget
+    from glmlaunch.vllmlog.events import RuntimeEvent
     from glmlaunch.watch.follow import QueueLines
     from glmlaunch.watch.metrics import MetricsServer
     from glmlaunch.watch.session import Watcher

@@ -283,8 +283,8 @@ def run_explain_oom(
 ) -> None:
     from glmlaunch.calibrate.apply import calibration_for
     from glmlaunch.calibrate.ingest import _logged_config
-    from glmlaunch.calibrate.logs import parse_log_file
     from glmlaunch.config.commands import resolve
+    from glmlaunch.vllmlog.boot import parse_log_file
     from glmlaunch.watch.oom import distinct, explain
 
     boot = parse_log_file(log)

@@ -1,7 +1,7 @@
 """After an OOM: which ledger entry it most likely was, and what would have kept it.
 
 vLLM's and PyTorch's message, ``Tried to allocate X … of which Y is free``, parsed as ``calibrate ingest``
-parses it (:func:`glmlaunch.calibrate.logs.runtime_events_of`), is read against the plan:
+parses it (:func:`glmlaunch.vllmlog.events.runtime_events_of`), is read against the plan:
 
 * **after ready** (a runtime OOM): the plan predicted ``margin`` free after startup, so ``margin - Y`` of
   the runtime demand had been allocated when ``X`` failed, and the demand is at least
@@ -21,26 +21,24 @@ holds. A startup OOM's fix is the GMU that leaves ``X - Y`` more free after star
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from glmlaunch.calibrate.apply import LedgerCalibration, _with, prefill_split, with_demand_floor
-from glmlaunch.calibrate.logs import RuntimeEvent
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
 from glmlaunch.ledger.model import PHASES, Entry
+from glmlaunch.vllmlog.events import RuntimeEvent, tried_unit
+from glmlaunch.vllmlog.lines import tp_index
+from glmlaunch.vllmlog.numbers import UNIT_BYTES
 from glmlaunch.watch.expect import PlanContext
 
 How = Literal["size", "position", "holds-it", "largest"]
 #: the message prints two decimals of its unit; the allocator rounds a fresh block up to 2 MiB pages
 PAGE = 2 * MIB
-_UNITS = {"B": 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB}
-_TRIED_UNIT_RE = re.compile(r"Tried to allocate [0-9.]+ ?(B|KiB|MiB|GiB)")
-_RANK_RE = re.compile(r"_TP([0-9]+)")
 #: verdicts under which the proven runtime demand fits: the fix keeps it (a margin below the minimum is
 #: the plan's own business, not this OOM's)
 _KEEPS = ("ok", "below-margin")
@@ -155,15 +153,15 @@ def rank_of(event: RuntimeEvent) -> int | None:
     """The rank that failed: its worker's name (``Worker_TP1_…``), else the GPU in the message (a worker's
     ``cuda:r`` under the deployment's CUDA_VISIBLE_DEVICES is rank r)."""
     if event.process:
-        m = _RANK_RE.search(event.process)
-        if m:
-            return int(m.group(1))
+        tp = tp_index(event.process)
+        if tp is not None:
+            return tp
     return event.gpu
 
 
 def _resolution(event: RuntimeEvent) -> int:
-    m = _TRIED_UNIT_RE.search(event.line)
-    unit = _UNITS.get(m.group(1), MIB) if m else MIB
+    printed = tried_unit(event.line)
+    unit = UNIT_BYTES[printed] if printed is not None else MIB
     return max(PAGE, unit // 200)
 
 

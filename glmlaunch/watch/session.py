@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from glmlaunch.calibrate.logs import RuntimeEvent, is_ready_line, runtime_events_of
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.hardware.memory import MemorySource
 from glmlaunch.output import debug_enabled, warn
+from glmlaunch.vllmlog.events import RuntimeEvent, free_reading, is_ready_line, runtime_events_of
 from glmlaunch.watch import oom
 from glmlaunch.watch.expect import PlanContext
 from glmlaunch.watch.follow import LineSource
@@ -254,9 +254,9 @@ class Watcher:
     def reading_line(rank: int, free: int, uuid: str) -> str:
         """The form ``calibrate ingest`` reads after a log's ready line (``GPU N: X MiB free``)."""
         return (
-            f"{datetime.now(UTC).isoformat(timespec='seconds')} {READING_PROCESS}: GPU {rank}: "
-            f"{free // MIB} MiB free (rank {rank}, {uuid}; the lowest since ready, memory of processes "
-            "outside the deployment counted as free)"
+            f"{datetime.now(UTC).isoformat(timespec='seconds')} {READING_PROCESS}: "
+            f"{free_reading(rank, free // MIB)} (rank {rank}, {uuid}; the lowest since ready, memory of "
+            "processes outside the deployment counted as free)"
         )
 
     def _write_reading(self, rank: int, free: int, uuid: str) -> None:

@@ -6,17 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from glmlaunch.calibrate.bootconfig import (
+from glmlaunch.calibrate.bootconfig import boot_env, boot_settings, map_boot
+from glmlaunch.vllmlog.boot import parse_log_file
+from glmlaunch.vllmlog.bootconfig import (
     BootConfig,
     BootConfigError,
-    boot_env,
-    boot_settings,
-    map_boot,
     parse_args_repr,
     parse_boot_config,
     replace_enum_reprs,
 )
-from glmlaunch.calibrate.logs import parse_log_file
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 BASELINE = "vllm-r14-field-baseline-mtp3-c8-v2-server.log"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from glmlaunch.calibrate.logs import iter_messages, parse_log_file, parse_log_text
 from glmlaunch.config.units import GIB, MIB
+from glmlaunch.vllmlog.boot import parse_log_file, parse_log_text
+from glmlaunch.vllmlog.lines import iter_messages
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from glmlaunch.calibrate.logs import BootLog, parse_log_file
 from glmlaunch.config.units import GIB, MIB
+from glmlaunch.vllmlog.boot import BootLog, parse_log_file
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 RANKS = [f"Worker_TP{i}_DCP{i}" for i in range(4)]

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from glmlaunch.calibrate.fingerprint import compare, make_fingerprint
-from glmlaunch.calibrate.logs import parse_log_file
 from glmlaunch.calibrate.records import build_calibration
 from glmlaunch.calibrate.store import Store, cache_dir, lookup_calibration, read_record
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB, MIB
 from glmlaunch.hardware.inventory import Gpu, Inventory
+from glmlaunch.vllmlog.boot import parse_log_file
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 NO_VLLM = {"vllm": None, "torch": None, "b12x": None, "sparkinfer": None}
@@ -85,7 +85,7 @@ def test_terms_from_the_reference_line_are_exact() -> None:
 def test_graph_estimate_derived_when_the_estimate_line_is_missing() -> None:
     text = (LOGS / "tp4_dcp4_boot.log").read_text(encoding="utf-8")
     kept = "".join(line for line in text.splitlines(keepends=True) if "Estimated MRV2" not in line)
-    from glmlaunch.calibrate.logs import parse_log_text
+    from glmlaunch.vllmlog.boot import parse_log_text
 
     boot = parse_log_text(kept)
     fp = make_fingerprint(r12(), versions=NO_VLLM)
@@ -236,7 +236,7 @@ _WRITER = textwrap.dedent(
     import sys
     from pathlib import Path
     from glmlaunch.calibrate.fingerprint import make_fingerprint
-    from glmlaunch.calibrate.logs import parse_log_file
+    from glmlaunch.vllmlog.boot import parse_log_file
     from glmlaunch.calibrate.records import build_calibration
     from glmlaunch.calibrate.store import Store
     from glmlaunch.config.resolve import resolve_config

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from glmlaunch.calibrate.logs import parse_log_file, parse_log_text
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config import limits
+from glmlaunch.vllmlog.boot import parse_log_file, parse_log_text
 from tests.conftest import FIXTURES, run_cli
 
 TIMEOUT = 15

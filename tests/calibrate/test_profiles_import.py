@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from glmlaunch.calibrate.bootconfig import boot_env, boot_settings, parse_boot_config
+from glmlaunch.calibrate.bootconfig import boot_env, boot_settings
 from glmlaunch.calibrate.profile_import import has_setting, lookup
+from glmlaunch.vllmlog.bootconfig import parse_boot_config
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 ALL_LOGS = sorted(p.name for p in LOGS.glob("*.log"))

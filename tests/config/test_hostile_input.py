@@ -178,7 +178,7 @@ def test_limit_max_inventory_and_record_bytes(tmp_path: Path) -> None:
 
 
 def test_limit_max_boot_log_bytes(tmp_path: Path) -> None:
-    from glmlaunch.calibrate.logs import parse_log_file
+    from glmlaunch.vllmlog.boot import parse_log_file
 
     path = tmp_path / "boot.log"
     with path.open("wb") as fh:  # sparse: no disk used

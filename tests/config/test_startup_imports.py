@@ -103,7 +103,8 @@ with contextlib.redirect_stdout(io.StringIO()):
         pass
 from pydantic.plugin import _loader
 watched = (
-    "glmlaunch.calibrate.records", "glmlaunch.calibrate.logs", "glmlaunch.calibrate.bootconfig",
+    "glmlaunch.calibrate.records", "glmlaunch.vllmlog.boot", "glmlaunch.vllmlog.bootconfig",
+    "glmlaunch.vllmlog.events", "glmlaunch.calibrate.bootconfig",
     "glmlaunch.hardware.inventory", "glmlaunch.plan.audit", "glmlaunch.plan.diff", "rich._emoji_codes",
     "importlib.metadata",
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, run_cli
 
-from glmlaunch.calibrate.logs import parse_log_text
+from glmlaunch.vllmlog.boot import parse_log_text
 
 WATCH = FIXTURES / "watch"
 BOOT = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp3-v3-server.log"

@@ -12,10 +12,11 @@ import pytest
 from conftest import FIXTURES, run_cli
 
 from glmlaunch.calibrate.apply import LedgerCalibration, _with, with_demand_floor
-from glmlaunch.calibrate.logs import is_ready_line, parse_log_file, runtime_events_of
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.vllmlog.boot import parse_log_file
+from glmlaunch.vllmlog.events import is_ready_line, runtime_events_of
 from glmlaunch.watch.commands import plan_context
 from glmlaunch.watch.oom import explain, match_runtime
 

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 from conftest import FIXTURES, REPO, run_cli
 
-from glmlaunch.calibrate.logs import parse_log_text
+from glmlaunch.vllmlog.boot import parse_log_text
 
 FAKE = REPO / "tests" / "supervise" / "fake_vllm.py"
 BOOT_LOG = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp0-v1-server.log"

@@ -9,7 +9,8 @@ overlapping held-out material, vision grafts, other model families and shapes th
 (no DCP, MTP or GMU) are not used.
 
 Used by ``scripts/derive_rig_defaults.py`` (the release overheads of the rig defaults) and by
-``bench/calibration_accuracy.py`` (predicted against logged capacities); never at plan time.
+``bench/calibration_accuracy.py`` (predicted against logged capacities); never at plan time, so it is not
+part of the package: import it with scripts/ on the path.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Parse real vLLM boot logs into per-rank memory observations.
+"""One boot of vLLM, from its log: per-rank memory observations, the engine's lines, vLLM's refusals.
 
 Input: the text of one or more boot logs (the composed r14 vLLM tree; docs/memory-model.md §6 lists the
-lines).
-Every worker line carries a prefix such as
-``(Worker_TP1_DCP1 pid=4242) INFO 11-28 10:15:32 [gpu_worker.py:312]``;
-EngineCore lines carry ``(EngineCore_DP0 pid=…)``. Real logs are messy, so the parser
-
-* strips ANSI colour codes (vLLM colours the process prefix on a TTY);
-* splits on both ``\\n`` and ``\\r`` (tqdm progress bars end in ``\\r`` with no newline) and also at every
-  process prefix found in the middle of a physical line (another process's output glued onto a bar);
-* attributes each message to the process in its prefix, so interleaved ranks do not mix;
-* reports, per rank, which expected lines were found and which were not, and names a line whose opening
-  words were seen but whose body did not parse (a truncated write, or a format this parser does not know).
+lines), split into messages by :mod:`glmlaunch.vllmlog.lines` (each attributed to the process in its
+prefix, so interleaved ranks do not mix). Per rank, the parser reports which expected lines were found
+and which were not, and names a line whose opening words were seen but whose body did not parse (a
+truncated write, or a format this parser does not know).
 
 Values printed in GiB with two decimals are converted to bytes and carry that rounding (±5 MiB); the two
 ``--kv-cache-memory-bytes`` suggestions are exact bytes, and so is their difference F0 - R.
@@ -23,30 +16,28 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeGuard
+from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict
 
-from glmlaunch.calibrate.bootconfig import BootConfig, parse_boot_config, version_of
 from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
 from glmlaunch.config.safeload import read_file
-from glmlaunch.config.units import GIB, KIB, MIB
-
-_UNIT_BYTES = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "KB": KIB, "MB": MIB, "GB": GIB, "TiB": 1024**4}
-
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
-_PREFIX_RE = re.compile(
-    r"\((?P<proc>[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z]+[0-9]+)*)\s+pid=(?P<pid>[0-9]+)\)\s*"
-    r"(?:(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    r"(?:(?P<date>[0-9]{2}-[0-9]{2})\s+(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)\s+)?"
-    r"(?:\[(?P<src>[^\]\s:]+)(?::(?P<lineno>[0-9]+))?\]\s?)?)?"
+from glmlaunch.vllmlog.bootconfig import CROSSOVERS_RE, BootConfig, parse_boot_config, version_of
+from glmlaunch.vllmlog.events import (
+    GRAPHS_CAPTURED,
+    KV_CACHE_SIZED,
+    WEIGHTS_LOADED,
+    RuntimeEvent,
+    exception_of,
+    is_ready_line,
+    may_hold_runtime_event,
+    runtime_event,
 )
-_RANK_PART_RE = re.compile(r"_(TP|DCP|PP|DP|EP)([0-9]+)")
-_NUM = r"([0-9]+(?:\.[0-9]+)?)"
-_INT = r"([0-9][0-9,]*)"
+from glmlaunch.vllmlog.lines import is_engine, is_ranked, is_worker, iter_messages, rank_indices
+from glmlaunch.vllmlog.numbers import INT, MAX_LOG_NUMBER, NUM, count, gib, named, to_bytes
 
 # The messages some process writes once per boot: a worker writes them per rank.
 WORKER_FIELDS: tuple[str, ...] = (
@@ -57,22 +48,6 @@ WORKER_FIELDS: tuple[str, ...] = (
     "free_memory",
 )
 ENGINE_FIELDS: tuple[str, ...] = ("kv_cache_tokens",)
-
-
-def _n(name: str) -> str:
-    return rf"(?P<{name}>[0-9]+(?:\.[0-9]+)?)"
-
-
-def _to_bytes(number: str, unit: str) -> int:
-    return round(float(number) * _UNIT_BYTES[unit])
-
-
-def _gib(number: str) -> int:
-    return _to_bytes(number, "GiB")
-
-
-def _int(text: str) -> int:
-    return int(text.replace(",", ""))
 
 
 class Refusal(BaseModel):
@@ -203,26 +178,6 @@ class EngineObservation(BaseModel):
     unparsed: list[str] = []
 
 
-RuntimeKind = Literal["oom", "free"]
-
-
-class RuntimeEvent(BaseModel):
-    """Runtime evidence in a serve log: a CUDA OOM (``Tried to allocate X … of which Y is free``) or a
-    free-memory reading (``GPU N: X MiB free``, as ``glmlaunch`` writes it), with when it happened."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-    kind: RuntimeKind
-    process: str | None = None
-    gpu: int | None = None
-    tried_bytes: int | None = None
-    free_bytes: int
-    total_bytes: int | None = None
-    #: after the API server said it was ready (startup complete): the runtime, not the boot
-    after_ready: bool
-    line: str
-
-
 class BootLog(BaseModel):
     """The parse of one log: per-rank observations, the engine's lines, and what the log lacked."""
 
@@ -291,22 +246,22 @@ class _Matcher:
 
 
 def _weights(m: re.Match[str]) -> dict[str, object]:
-    return {"weights_bytes": _to_bytes(m.group(1), m.group(2)), "load_seconds": float(m.group(3))}
+    return {"weights_bytes": to_bytes(m.group(1), m.group(2)), "load_seconds": float(m.group(3))}
 
 
 def _free_memory(m: re.Match[str]) -> dict[str, object]:
     return {
-        "free_at_start_bytes": _gib(m.group("free")),
-        "total_bytes": _gib(m.group("total")),
+        "free_at_start_bytes": gib(m.group("free")),
+        "total_bytes": gib(m.group("total")),
         "gpu_memory_utilization": float(m.group("gmu")),
-        "requested_bytes": _gib(m.group("req")),
-        "weights_free_line_bytes": _gib(m.group("w")),
-        "peak_activation_bytes": _gib(m.group("p")),
-        "non_torch_bytes": _gib(m.group("n")),
-        "cudagraph_bytes": _gib(m.group("g")),
+        "requested_bytes": gib(m.group("req")),
+        "weights_free_line_bytes": gib(m.group("w")),
+        "peak_activation_bytes": gib(m.group("p")),
+        "non_torch_bytes": gib(m.group("n")),
+        "cudagraph_bytes": gib(m.group("g")),
         "kv_bytes_to_requested": int(m.group("kvreq")),
         "kv_bytes_to_gpu": int(m.group("kvgpu")),
-        "kv_in_use_bytes": _gib(m.group("kvuse")),
+        "kv_in_use_bytes": gib(m.group("kvuse")),
     }
 
 
@@ -330,7 +285,7 @@ def _exl3_plan(m: re.Match[str]) -> dict[str, object]:
             decode_capacity=int(m.group("dec")),
             prefill_capacity=int(m.group("pre")),
             scheduler_capacity=int(m.group("sch")),
-            buffers_bytes=_to_bytes(m.group(5), m.group(6)),
+            buffers_bytes=to_bytes(m.group(5), m.group(6)),
         )
     }
 
@@ -348,7 +303,7 @@ def _exl3_draft_plan(m: re.Match[str]) -> dict[str, object]:
             block_m=_opt(m, "bm"),
             prefill_block_m=_opt(m, "pbm"),
             capacity=int(m.group("cap")),
-            arena_bytes=_to_bytes(m.group(6), m.group(7)),
+            arena_bytes=to_bytes(m.group(6), m.group(7)),
             scheduler_capacity=int(m.group("sch")),
             chunk=_opt(m, "chunk"),
             topk=_opt(m, "topk"),
@@ -356,50 +311,59 @@ def _exl3_draft_plan(m: re.Match[str]) -> dict[str, object]:
     }
 
 
+#: The target model's EXL3 arena as rank 0 plans it: the capacities and the buffers' size, all of it (the
+#: booted configuration reads the capacities of the same line more loosely:
+#: :data:`glmlaunch.vllmlog.bootconfig.EXL3_CAPACITIES_RE`).
+EXL3_ARENA_RE = re.compile(
+    r"EXL3 mixed Trellis runtime planned:(?: tiers=(?P<tiers>\(\(.*?\)\)))?"
+    r" decode_capacity=(?P<dec>[0-9]+) prefill_capacity=(?P<pre>[0-9]+)"
+    rf" scheduler_capacity=(?P<sch>[0-9]+) buffers={NUM} ?(GiB|MiB|KiB|B)\b"
+)
+
 _WORKER_MATCHERS: tuple[_Matcher, ...] = (
     _Matcher(
         "weights",
-        "Model loading took",
-        re.compile(rf"Model loading took {_NUM} ?(GiB|MiB|GB|MB)(?: memory)? and {_NUM} ?s(?:econds)?"),
+        WEIGHTS_LOADED,
+        re.compile(rf"Model loading took {NUM} ?(GiB|MiB|GB|MB)(?: memory)? and {NUM} ?s(?:econds)?"),
         _weights,
     ),
     _Matcher(
         "kv_available",
         "Available KV cache memory:",
-        re.compile(rf"Available KV cache memory: {_NUM} ?(GiB|MiB)"),
-        lambda m: {"kv_available_bytes": _to_bytes(m.group(1), m.group(2))},
+        re.compile(rf"Available KV cache memory: {NUM} ?(GiB|MiB)"),
+        lambda m: {"kv_available_bytes": to_bytes(m.group(1), m.group(2))},
     ),
     _Matcher(
         "graph_estimate",
         "CUDA graph memory:",
         re.compile(
-            rf"Estimated (?:[A-Za-z0-9]+ )?CUDA graph memory: {_NUM} GiB total"
-            rf"(?: \({_NUM} GiB retained in the reusable pool\))?"
+            rf"Estimated (?:[A-Za-z0-9]+ )?CUDA graph memory: {NUM} GiB total"
+            rf"(?: \({NUM} GiB retained in the reusable pool\))?"
         ),
         lambda m: {
-            "graph_estimate_bytes": _gib(m.group(1)),
-            "graph_estimate_retained_bytes": _gib(m.group(2)) if m.group(2) else None,
+            "graph_estimate_bytes": gib(m.group(1)),
+            "graph_estimate_retained_bytes": gib(m.group(2)) if m.group(2) else None,
         },
     ),
     _Matcher(
         "graph_pool",
         "CUDA graph pool memory:",
-        re.compile(rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)"),
-        lambda m: {"graph_actual_bytes": _gib(m.group(1)), "graph_pool_estimate_bytes": _gib(m.group(2))},
+        re.compile(rf"CUDA graph pool memory: {NUM} GiB \(actual\), {NUM} GiB \(estimated\)"),
+        lambda m: {"graph_actual_bytes": gib(m.group(1)), "graph_pool_estimate_bytes": gib(m.group(2))},
     ),
     _Matcher(
         "free_memory",
         "Free memory on device",
         re.compile(
-            rf"Free memory on device(?: [^\s(]+)? \({_n('free')}/{_n('total')} GiB\)"
-            rf" on startup\. Desired GPU memory utilization is \({_n('gmu')},"
-            rf" {_n('req')} GiB\)\. Actual usage is {_n('w')} GiB for"
-            rf" weight, {_n('p')} GiB for peak activation,"
-            rf" {_n('n')} GiB for non-torch memory, and"
-            rf" {_n('g')} GiB for CUDAGraph memory\..*?"
+            rf"Free memory on device(?: [^\s(]+)? \({named('free')}/{named('total')} GiB\)"
+            rf" on startup\. Desired GPU memory utilization is \({named('gmu')},"
+            rf" {named('req')} GiB\)\. Actual usage is {named('w')} GiB for"
+            rf" weight, {named('p')} GiB for peak activation,"
+            rf" {named('n')} GiB for non-torch memory, and"
+            rf" {named('g')} GiB for CUDAGraph memory\..*?"
             r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`.*?to fit into requested memory, or"
             r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`.*?to fully utilize gpu memory\."
-            rf" Current kv cache memory in use is {_n('kvuse')} GiB"
+            rf" Current kv cache memory in use is {named('kvuse')} GiB"
         ),
         _free_memory,
     ),
@@ -413,36 +377,27 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
         "dcp_transient",
         "of B12X sparse DCP transient memory",
         re.compile(
-            rf"Including {_NUM} ?(GiB|MiB|KiB|B) of B12X sparse DCP transient memory in the profile peak"
+            rf"Including {NUM} ?(GiB|MiB|KiB|B) of B12X sparse DCP transient memory in the profile peak"
         ),
-        lambda m: {"dcp_transient_bytes": _to_bytes(m.group(1), m.group(2))},
+        lambda m: {"dcp_transient_bytes": to_bytes(m.group(1), m.group(2))},
     ),
     _Matcher(
         "graph_capture",
-        "Graph capturing finished in",
-        re.compile(rf"Graph capturing finished in {_NUM} ?s(?:ecs?|econds)?, took {_NUM} ?(GiB|MiB)"),
+        GRAPHS_CAPTURED + " in",
+        re.compile(rf"Graph capturing finished in {NUM} ?s(?:ecs?|econds)?, took {NUM} ?(GiB|MiB)"),
         lambda m: {
             "graph_capture_seconds": float(m.group(1)),
-            "graph_capture_bytes": _to_bytes(m.group(2), m.group(3)),
+            "graph_capture_bytes": to_bytes(m.group(2), m.group(3)),
         },
     ),
-    _Matcher(
-        "exl3_plan",
-        "EXL3 mixed Trellis runtime planned",
-        re.compile(
-            r"EXL3 mixed Trellis runtime planned:(?: tiers=(?P<tiers>\(\(.*?\)\)))?"
-            r" decode_capacity=(?P<dec>[0-9]+) prefill_capacity=(?P<pre>[0-9]+)"
-            rf" scheduler_capacity=(?P<sch>[0-9]+) buffers={_NUM} ?(GiB|MiB|KiB|B)\b"
-        ),
-        _exl3_plan,
-    ),
+    _Matcher("exl3_plan", "EXL3 mixed Trellis runtime planned", EXL3_ARENA_RE, _exl3_plan),
     _Matcher(
         "exl3_draft_plan",
         "EXL3 rank-sliced runtime planned",
         re.compile(
             r"EXL3 rank-sliced runtime planned: Trellis m=(?P<mlo>[0-9]+)\.\.(?P<mhi>[0-9]+)"
             r"(?: block_m=(?P<bm>[0-9]+))?,?(?: prefill trellis block_m=(?P<pbm>[0-9]+))?"
-            rf" capacity=(?P<cap>[0-9]+) arena={_NUM} ?(GiB|MiB|KiB|B)"
+            rf" capacity=(?P<cap>[0-9]+) arena={NUM} ?(GiB|MiB|KiB|B)"
             r" scheduler_capacity=(?P<sch>[0-9]+)(?: chunk=(?P<chunk>[0-9]+))?(?: topk=(?P<topk>[0-9]+))?"
         ),
         _exl3_draft_plan,
@@ -458,7 +413,7 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
     _Matcher(
         "crossovers",
         "PCIe crossovers:",
-        re.compile(r"PCIe crossovers: oneshot max=([0-9]+), fused max=([0-9]+), DMA min=([0-9]+)"),
+        CROSSOVERS_RE,
         lambda m: {
             "crossovers": PcieCrossovers(
                 oneshot_max_bytes=int(m.group(1)),
@@ -485,39 +440,42 @@ OPTIONAL_FIELDS: tuple[str, ...] = (
 _ENGINE_MATCHERS: tuple[_Matcher, ...] = (
     _Matcher(
         "kv_cache_tokens",
-        "GPU KV cache size:",
-        re.compile(rf"GPU KV cache size: {_INT} tokens"),
-        lambda m: {"kv_cache_tokens": _int(m.group(1))},
+        KV_CACHE_SIZED,
+        re.compile(rf"GPU KV cache size: {INT} tokens"),
+        lambda m: {"kv_cache_tokens": count(m.group(1))},
     ),
     _Matcher(
         "max_concurrency",
         "Maximum concurrency for",
-        re.compile(rf"Maximum concurrency for {_INT} tokens per request: {_NUM}x"),
-        lambda m: {"max_concurrency_tokens": _int(m.group(1)), "max_concurrency": float(m.group(2))},
+        re.compile(rf"Maximum concurrency for {INT} tokens per request: {NUM}x"),
+        lambda m: {"max_concurrency_tokens": count(m.group(1)), "max_concurrency": float(m.group(2))},
     ),
 )
 
 
-_KV_REFUSAL_LEAD = "KV cache is needed, which is larger than the available KV cache memory"
+#: the opening words of each line a matcher reads (they name a line whose body did not parse)
+LEADS: dict[str, str] = {m.key: m.lead for m in (*_WORKER_MATCHERS, *_ENGINE_MATCHERS)}
+
+KV_REFUSAL_LEAD = "KV cache is needed, which is larger than the available KV cache memory"
 _NO_KV_LEAD = "No available memory for the cache blocks"
 _GATE_LEAD = "on startup is less than desired GPU memory utilization"
 _GATE_RE = re.compile(
-    rf"Free memory on device(?: [^\s(]+)? \({_NUM}/{_NUM} GiB\) on startup is less than desired GPU memory"
-    rf" utilization \({_NUM}, {_NUM} GiB\)"
+    rf"Free memory on device(?: [^\s(]+)? \({NUM}/{NUM} GiB\) on startup is less than desired GPU memory"
+    rf" utilization \({NUM}, {NUM} GiB\)"
 )
 
 
 def _refusal(message: str) -> Refusal | None:
-    if _KV_REFUSAL_LEAD in message:
-        needed = re.search(rf"\(?{_NUM} ?GiB KV cache is needed", message)
-        avail = re.search(rf"available KV cache memory \({_NUM} ?GiB\)", message)
+    if KV_REFUSAL_LEAD in message:
+        needed = re.search(rf"\(?{NUM} ?GiB KV cache is needed", message)
+        avail = re.search(rf"available KV cache memory \({NUM} ?GiB\)", message)
         mml = re.search(r"max seq len \(([0-9]+)\)", message)
         est = re.search(r"estimated maximum model length is ([0-9]+)", message)
         return Refusal(
             kind="kv-too-small",
             message=message.strip(),
-            kv_needed_bytes=_gib(needed.group(1)) if needed else None,
-            kv_available_bytes=_gib(avail.group(1)) if avail else None,
+            kv_needed_bytes=gib(needed.group(1)) if needed else None,
+            kv_available_bytes=gib(avail.group(1)) if avail else None,
             max_model_len=int(mml.group(1)) if mml else None,
             estimated_max_model_len=int(est.group(1)) if est else None,
         )
@@ -528,48 +486,12 @@ def _refusal(message: str) -> Refusal | None:
         return Refusal(
             kind="start-gate",
             message=message.strip(),
-            free_bytes=_gib(gate.group(1)) if gate else None,
-            total_bytes=_gib(gate.group(2)) if gate else None,
+            free_bytes=gib(gate.group(1)) if gate else None,
+            total_bytes=gib(gate.group(2)) if gate else None,
             gpu_memory_utilization=float(gate.group(3)) if gate else None,
-            requested_bytes=_gib(gate.group(4)) if gate else None,
+            requested_bytes=gib(gate.group(4)) if gate else None,
         )
     return None
-
-
-@dataclass(frozen=True)
-class _Message:
-    process: str | None
-    pid: int | None
-    text: str
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI_RE.sub("", text)
-
-
-def iter_messages(text: str) -> Iterator[_Message]:
-    """Split a raw log into messages, each attributed to the process named in its prefix (or None)."""
-    for segment in re.split(r"\r\n|\r|\n", strip_ansi(text)):
-        if not segment.strip():
-            continue
-        starts = list(_PREFIX_RE.finditer(segment))
-        if not starts:
-            yield _Message(None, None, segment)
-            continue
-        if starts[0].start() > 0 and segment[: starts[0].start()].strip():
-            # progress-bar text glued in front of a prefixed line
-            yield _Message(None, None, segment[: starts[0].start()])
-        for i, m in enumerate(starts):
-            end = starts[i + 1].start() if i + 1 < len(starts) else len(segment)
-            yield _Message(m.group("proc"), _small_int(m.group("pid")), segment[m.end() : end])
-
-
-def _is_worker(process: str) -> bool:
-    return process.startswith("Worker") or process.startswith("VllmWorker")
-
-
-def _is_engine(process: str) -> bool:
-    return process.startswith("EngineCore") or process.startswith("LLMEngine")
 
 
 def _apply(acc: _Acc, matchers: Iterable[_Matcher], text: str) -> None:
@@ -589,11 +511,6 @@ def _apply(acc: _Acc, matchers: Iterable[_Matcher], text: str) -> None:
         elif matcher.key not in acc.found:
             acc.unparsed.append(f"{matcher.key}: {text.strip()[:160]}")
         return
-
-
-#: Largest magnitude a number read from a log may have (a signed 64-bit value): anything larger is a
-#: corrupt or hostile line, reported as unparsed and never stored in a record.
-_MAX_LOG_NUMBER = 2**63
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
@@ -618,29 +535,16 @@ def _fits(value: int | float) -> bool:
     # An int is compared as an int: math.isfinite(10**400) itself raises OverflowError.
     if isinstance(value, float) and not math.isfinite(value):
         return False
-    return abs(value) < _MAX_LOG_NUMBER
-
-
-def _small_int(text: str) -> int | None:
-    """A pid or rank index from a prefix; None when it is absurdly long (a corrupt line)."""
-    return int(text) if len(text) <= 18 else None
-
-
-def _rank_indices(process: str) -> dict[str, int]:
-    names = {"TP": "tp_rank", "DCP": "dcp_rank", "PP": "pp_rank", "DP": "dp_rank"}
-    return {names[k]: int(v) for k, v in _RANK_PART_RE.findall(process) if k in names and len(v) <= 18}
+    return abs(value) < MAX_LOG_NUMBER
 
 
 def _rank_sort_key(obs: RankObservation) -> tuple[int, int, int, str]:
     return (obs.dp_rank or 0, obs.pp_rank or 0, obs.tp_rank if obs.tp_rank is not None else 1 << 30, obs.rank)
 
 
-_FAILURE_RE = re.compile(r"\b((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)")
-
-
 def _worker_key(process: str, pid: int | None) -> str:
     """Accumulator key: a ranked worker by its name; an unranked ``(Worker pid=N)`` by its pid."""
-    if _RANK_PART_RE.search(process) or pid is None:
+    if is_ranked(process) or pid is None:
         return process
     return f"{process} pid={pid}"
 
@@ -653,12 +557,12 @@ def _merge_unranked(workers: dict[str, _Acc]) -> dict[str, _Acc]:
     """
     by_pid: dict[int, _Acc] = {}
     for key, acc in workers.items():
-        if _RANK_PART_RE.search(key):
+        if is_ranked(key):
             for pid in acc.pids:
                 by_pid.setdefault(pid, acc)
     merged: dict[str, _Acc] = {}
     for key, acc in workers.items():
-        target = by_pid.get(acc.pids[0]) if acc.pids and not _RANK_PART_RE.search(key) else None
+        target = by_pid.get(acc.pids[0]) if acc.pids and not is_ranked(key) else None
         if target is None:
             merged.setdefault(key, acc)
             continue
@@ -669,63 +573,6 @@ def _merge_unranked(workers: dict[str, _Acc]) -> dict[str, _Acc]:
         target.refusals = acc.refusals + [r for r in target.refusals if r not in acc.refusals]
         target.repeated = target.repeated or acc.repeated
     return merged
-
-
-_OOM_RE = re.compile(
-    r"CUDA out of memory\. Tried to allocate " + _NUM + r" ?(B|KiB|MiB|GiB)\. GPU "
-    r"(?:\(?([0-9]+)\)? )?has a total capacity of " + _NUM + r" ?(B|KiB|MiB|GiB) of which " + _NUM
-    + r" ?(B|KiB|MiB|GiB) is free"
-)
-_FREE_RE = re.compile(r"\bGPU ([0-9]+): " + _NUM + r" ?(MiB|GiB) free\b")
-_READY_RE = re.compile(r"Application startup complete|Starting vLLM API server")
-
-
-def _runtime_event(msg: _Message, ready: bool) -> RuntimeEvent | None:
-    m = _OOM_RE.search(msg.text)
-    if m:
-        gpu = m.group(3)
-        return RuntimeEvent(
-            kind="oom",
-            process=msg.process,
-            gpu=int(gpu) if gpu is not None else None,
-            tried_bytes=_to_bytes(m.group(1), m.group(2)),
-            free_bytes=_to_bytes(m.group(6), m.group(7)),
-            total_bytes=_to_bytes(m.group(4), m.group(5)),
-            after_ready=ready,
-            line=msg.text.strip()[:240],
-        )
-    f = _FREE_RE.search(msg.text)
-    if f:
-        return RuntimeEvent(
-            kind="free",
-            process=msg.process,
-            gpu=int(f.group(1)),
-            free_bytes=_to_bytes(f.group(2), f.group(3)),
-            after_ready=ready,
-            line=msg.text.strip()[:240],
-        )
-    return None
-
-
-def is_ready_line(text: str) -> bool:
-    """Whether a log line is vLLM's API server saying it is ready (what makes later events runtime ones)."""
-    return _READY_RE.search(text) is not None
-
-
-def runtime_events_of(text: str, *, after_ready: bool) -> list[RuntimeEvent]:
-    """The OOMs and free-memory readings in a few lines of a log, parsed as :func:`parse_log_text` parses
-    them (the watch reads a live log line by line: the same regexes, one definition)."""
-    if "out of memory" not in text and " free" not in text:
-        return []
-    found: list[RuntimeEvent] = []
-    for msg in iter_messages(text):
-        try:
-            event = _runtime_event(msg, after_ready)
-        except (ValueError, OverflowError):
-            event = None
-        if event is not None:
-            found.append(event)
-    return found
 
 
 def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
@@ -742,11 +589,11 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     for msg in iter_messages(text):
         if version is None:
             version = version_of(msg.text)
-        if not ready and _READY_RE.search(msg.text):
+        if not ready and is_ready_line(msg.text):
             ready = True
-        if "out of memory" in msg.text or " free" in msg.text:
+        if may_hold_runtime_event(msg.text):
             try:
-                event = _runtime_event(msg, ready)
+                event = runtime_event(msg, ready)
             except (ValueError, OverflowError):
                 event = None
             if event is not None and event.model_dump(exclude={"process"}) not in [
@@ -763,14 +610,14 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
             engine.unparsed.append(f"refusal: a number is out of range: {msg.text.strip()[:160]}")
             refusal = None
         if refusal is None and failure is None:
-            fm = _FAILURE_RE.search(msg.text)
-            if fm:
-                failure = f"{fm.group(1)}: {fm.group(2).strip()}"[:300]
+            stated = exception_of(msg.text)
+            if stated is not None:
+                failure = stated[:300]
         if msg.process is None:
             if refusal is not None and refusal not in unattributed:
                 unattributed.append(refusal)
             continue
-        if _is_worker(msg.process):
+        if is_worker(msg.process):
             key = _worker_key(msg.process, msg.pid)
             acc = workers.setdefault(key, _Acc(name=key))
             if msg.pid is not None and msg.pid not in acc.pids:
@@ -780,7 +627,7 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
                     acc.refusals.append(refusal)
                 continue
             _apply(acc, _WORKER_MATCHERS, msg.text)
-        elif _is_engine(msg.process):
+        elif is_engine(msg.process):
             engine_name = engine_name or msg.process
             if refusal is not None:
                 if refusal not in engine.refusals:
@@ -830,7 +677,7 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
 
 def _is_first_rank(name: str) -> bool:
     """The driver rank (all rank indices 0), which alone writes the lines in RANK0_FIELDS."""
-    return all(v == 0 for v in _rank_indices(name).values())
+    return all(v == 0 for v in rank_indices(name).values())
 
 
 def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
@@ -857,7 +704,7 @@ def _freeze_rank(acc: _Acc, refusal_kinds: set[str]) -> RankObservation:
         found=acc.found,
         missing=missing,
         unparsed=acc.unparsed,
-        **_rank_indices(acc.name),
+        **rank_indices(acc.name),
         **values,
     )
 
