@@ -7,6 +7,7 @@ Modules, one concern each (import the one you need; this package imports nothing
 * :mod:`~glmlaunch.calibrate.fingerprint`: what a record is keyed by, and why two keys differ.
 * :mod:`~glmlaunch.calibrate.records`: a record (one boot) and the terms derived from it.
 * :mod:`~glmlaunch.calibrate.store`: records under the cache directory (atomic, locked) and lookup.
+* :mod:`~glmlaunch.calibrate.migrate`: records of schema 1 read as what they meant when written.
 * :mod:`~glmlaunch.calibrate.bootconfig`: the configuration a log booted (vLLM args, launcher table).
 * :mod:`~glmlaunch.calibrate.model`, :mod:`~glmlaunch.calibrate.learn`: the term model and its fit from the
   records of one rig shape; :mod:`~glmlaunch.calibrate.rigdefaults`: the rig's defaults
