@@ -204,7 +204,7 @@ def _dma_disabled(a: Audited) -> Found | str:
     largest = mb // w * w
     if crossover < mb:
         return f"crossover {crossover:,} B < max_bytes {mb:,} B"
-    dead = [e for e in a.ledger.rank0.entries if e.subsystem == "dma"]
+    dead = [e for e in a.entries() if e.subsystem == "dma"]
     return Found(
         title="DMA slab allocated although its crossover admits no payload",
         entries=tuple(e.name for e in dead),
@@ -265,7 +265,7 @@ def _dma_compressed(a: Audited) -> Found | str:
     evidence="rollback measured on 2x H200 (bench/PREFLIGHT.md)",
 )
 def _v1_leak(a: Audited) -> Found | str:
-    leaked = [e for e in a.ledger.rank0.entries if e.name.endswith(".leaked-profiling")]
+    leaked = [e for e in a.entries() if e.name.endswith(".leaked-profiling")]
     if not leaked:
         return "not the V1 runner with CUDA graphs and per-capture channels"
     return Found(
