@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "glmlaunch" / "calibrate" / "schema1_bases.json"
 PROFILE = "r12-exl3"
 #: the commit that added boot_settings/base_profile to schema 1, and the last one that wrote them
-FIRST, LAST = "5518314", "b4e824e"
+FIRST, LAST = "5518314", "872f37d"
 
 RESOLVE = """
 import json
