@@ -1,27 +1,10 @@
 """glmlaunch: launcher preflight and config calibrator for GLM-5.2 on vLLM."""
 
-import atexit
-import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 __version__ = "0.1.0"
-
-# A glmlaunch process ends moments after it starts, holding the few hundred thousand objects Typer,
-# pydantic and the configuration models were built from. At exit CPython's last collections would walk
-# and free every one of them just before the OS takes the memory back: ~13 ms of `glmlaunch args` and
-# ~28 ms of `glmlaunch plan` on the 2-core CI VM (bench/RESULTS.md, "Start-up"). Freezing them in the
-# last exit handler skips that walk. Handlers run in reverse order of registration, so every handler
-# registered later (weakref finalizers, temporary-directory cleanup, logging) still runs first, and
-# modules are still torn down; only reference cycles left uncollected are handed to the OS as they are.
-atexit.register(gc.freeze)
-# For the same reason the cyclic collector runs rarely while the process lives: at CPython's default
-# (a young-generation pass every 700 net allocations) start-up pays ~10 ms of passes that find almost
-# nothing, since building the models, the Typer app and the ledger creates few reference cycles. mypy
-# raises the threshold the same way for its runs. Long commands (a preflight's parent, a search) still
-# collect, every 200,000 allocations.
-gc.set_threshold(200_000, 30, 30)
 
 # glmlaunch uses no pydantic plugin, and pydantic looks plugins up by scanning the metadata of every
 # installed distribution (importlib.metadata.entry_points) the first time it builds a validator: ~4-8 ms

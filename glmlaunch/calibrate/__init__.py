@@ -8,6 +8,7 @@ read by :mod:`glmlaunch.vllmlog` (the stage below: :mod:`~glmlaunch.vllmlog.boot
 * :mod:`~glmlaunch.calibrate.fingerprint`: what a record is keyed by, and why two keys differ.
 * :mod:`~glmlaunch.calibrate.records`: a record (one boot) and the terms derived from it.
 * :mod:`~glmlaunch.calibrate.store`: records under the cache directory (atomic, locked) and lookup.
+* :mod:`~glmlaunch.calibrate.migrate`: records of schema 1 read as what they meant when written.
 * :mod:`~glmlaunch.calibrate.bootconfig`: the configuration a log booted, as glmlaunch settings.
 * :mod:`~glmlaunch.calibrate.model`, :mod:`~glmlaunch.calibrate.learn`: the term model and its fit from the
   records of one rig shape; :mod:`~glmlaunch.calibrate.rigdefaults`: the rig's defaults

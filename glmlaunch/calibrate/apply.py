@@ -73,7 +73,7 @@ def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig
 
 def boot_config(config: DeploymentConfig, record: Calibration) -> DeploymentConfig:
     """``config`` with the batched-token count the boot ran (the one setting search lets differ)."""
-    if record.boot_settings:
+    if record.config is not None:
         from glmlaunch.calibrate.learn import record_config
 
         own = record_config(record)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
 from glmlaunch.calibrate.records import (
@@ -114,16 +113,16 @@ def _read_boot(path: Path) -> BootLog:
     return boot
 
 
-def _logged_config(boot: BootLog, path: Path) -> tuple[dict[str, Any], DeploymentConfig | None]:
-    """The settings the log shows (over the base profile) and the configuration they resolve to."""
+def _logged_config(boot: BootLog, path: Path) -> DeploymentConfig | None:
+    """The configuration the log shows: its settings over the shipped base profile (None: it shows none)."""
     from glmlaunch.calibrate.bootconfig import boot_settings
     from glmlaunch.calibrate.learn import config_from_settings
 
     settings = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
     if not settings:
-        return settings, None
+        return None
     try:
-        return settings, config_from_settings(settings)
+        return config_from_settings(settings)
     except GlmlaunchError as exc:
         raise ConfigError(
             f"the configuration this log booted does not resolve here ({exc.one_line()})",
@@ -141,10 +140,8 @@ def _record_from_log(
     inventory: Inventory | None,
     versions: Mapping[str, str | None] | None,
 ) -> Calibration:
-    from glmlaunch.calibrate.learn import BASE_PROFILE
-
     boot = _read_boot(path)
-    settings, boot_cfg = _logged_config(boot, path)
+    logged = boot_cfg = _logged_config(boot, path)
     notes: list[str] = []
     if boot_cfg is None:
         if config is None:
@@ -171,8 +168,8 @@ def _record_from_log(
         fingerprint,
         profile=profile,
         total_bytes=exact_total(boot_cfg, inventory, boot),
-        boot_settings=settings,
-        base_profile=BASE_PROFILE if settings else None,
+        # None when the log shows none: a -p profile then keys the record, but nothing says the boot ran it
+        config=logged,
         extra_notes=notes,
     )
 
@@ -210,13 +207,11 @@ def ingest_launched(
     log, each rank's terms, the device total) is what ``calibrate ingest`` makes of the same file. Where
     the log's own configuration differs from the launch, a note lists the settings.
     """
-    from glmlaunch.calibrate.learn import BASE_PROFILE, settings_over
-
     boot = _read_boot(path)
     why: str | None = None
     logged: DeploymentConfig | None = None
     try:
-        _, logged = _logged_config(boot, path)
+        logged = _logged_config(boot, path)
     except ConfigError as exc:
         why = f"the log's own configuration does not resolve here ({exc.message})"
     notes: list[str] = []
@@ -237,8 +232,7 @@ def ingest_launched(
         fingerprint,
         profile=profile,
         total_bytes=exact_total(launched, inventory, boot),
-        boot_settings=settings_over(launched, BASE_PROFILE),
-        base_profile=BASE_PROFILE,
+        config=launched,
         extra_notes=notes,
     )
     if supervised is not None:

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
-from glmlaunch.config import paths
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.errors import ConfigError, GlmlaunchError
+from glmlaunch.errors import ConfigError
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.records import Calibration
@@ -49,9 +48,9 @@ def _base_dump(base: str) -> str:
 
 @lru_cache(maxsize=64)
 def _config_from_settings(base: str, settings_json: str) -> DeploymentConfig:
-    data: dict[str, Any] = json.loads(_base_dump(base))
-    for dotted, value in json.loads(settings_json).items():
-        paths.put(data, dotted, value)
+    from glmlaunch.calibrate.migrate import apply_settings
+
+    data = apply_settings(json.loads(_base_dump(base)), json.loads(settings_json))
     try:
         return DeploymentConfig.model_validate(data)
     except ValidationError as exc:
@@ -66,31 +65,19 @@ def config_from_settings(settings: dict[str, Any], base: str = BASE_PROFILE) -> 
     return _config_from_settings(base, json.dumps(settings, sort_keys=True, default=str))
 
 
-def _differing(base: Any, mine: Any, prefix: str, out: dict[str, Any]) -> None:
-    # Recurse only where both sides are mappings with the same keys: a mapping whose keys differ (an
-    # env: block, a policy table) is set whole, since a dotted setting can add a key but not remove one.
-    if isinstance(base, dict) and isinstance(mine, dict) and base.keys() == mine.keys() and base:
-        for key in mine:
-            _differing(base[key], mine[key], f"{prefix}{key}.", out)
-    elif base != mine:
-        out[prefix[:-1]] = mine
-
-
-def settings_over(config: DeploymentConfig, base: str = BASE_PROFILE) -> dict[str, Any]:
-    """``config`` as dotted settings over the shipped ``base`` profile (what :func:`config_from_settings`
-    turns back into ``config``): how a record keeps the configuration glmlaunch launched."""
-    out: dict[str, Any] = {}
-    _differing(json.loads(_base_dump(base)), config.model_dump(mode="json"), "", out)
-    return dict(sorted(out.items()))
+@lru_cache(maxsize=64)
+def _config_of(dumped: str) -> DeploymentConfig | None:
+    try:
+        return DeploymentConfig.model_validate(json.loads(dumped))
+    except ValidationError:  # a configuration an earlier schema allowed and this one rejects
+        return None
 
 
 def record_config(record: Calibration) -> DeploymentConfig | None:
-    if not record.boot_settings:
+    """The configuration a record is keyed on, as it stores it (None: it keeps none, or it is invalid)."""
+    if record.config is None:
         return None
-    try:
-        return config_from_settings(record.boot_settings, record.base_profile or BASE_PROFILE)
-    except GlmlaunchError:  # a record written by another version, with settings this one rejects
-        return None
+    return _config_of(json.dumps(record.config, sort_keys=True))
 
 
 def record_point(record: Calibration, config: DeploymentConfig | None = None) -> Point | None:
@@ -165,12 +152,12 @@ def learn(config: DeploymentConfig, records: Iterable[Calibration]) -> Learned:
         if same is not None:
             skipped.append(f"{rec.record_id}: the same boot log as {same} (a boot counts once)")
             continue
-        if not rec.boot_settings:
+        if rec.config is None:
             skipped.append(f"{rec.record_id}: no boot configuration in the record (re-ingest its log)")
             continue
         cfg = record_config(rec)
         if cfg is None:
-            skipped.append(f"{rec.record_id}: its boot settings do not resolve here")
+            skipped.append(f"{rec.record_id}: its boot configuration is not valid here")
             continue
         if group_key(cfg) != key:
             skipped.append(f"{rec.record_id}: another rig shape ({describe_group(cfg)})")

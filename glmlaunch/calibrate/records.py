@@ -19,11 +19,14 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, model_validator
 
 from glmlaunch.calibrate.fingerprint import Fingerprint
 from glmlaunch.calibrate.terms import CalibratedTerms
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB
 from glmlaunch.vllmlog.boot import BootLog, RankObservation
 
 RECORD_KIND: Final = "glmlaunch-calibration"
-SCHEMA_VERSION: Final = 1
+#: 2: the whole configuration the record is keyed on (``config``). Schema 1 kept dotted settings over a
+#: shipped profile (``boot_settings`` over ``base_profile``); :mod:`.migrate` reads those.
+SCHEMA_VERSION: Final = 2
 
 # Half of the last printed digit of a "%.2f GiB" figure.
 LOG_GIB_RESOLUTION = int(0.005 * GIB)
@@ -59,7 +62,7 @@ class Calibration(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["glmlaunch-calibration"] = RECORD_KIND
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     record_id: str
     created_at: AwareDatetime
     profile: str | None
@@ -69,9 +72,10 @@ class Calibration(BaseModel):
     ranks: list[CalibratedTerms]
     total_bytes_exact: bool
     notes: list[str] = []
-    # The configuration the boot ran, as glmlaunch settings over ``base_profile`` (from the log itself).
-    boot_settings: dict[str, Any] = {}
-    base_profile: str | None = None
+    # The configuration the record is keyed on, whole (``DeploymentConfig.model_dump(mode="json")``): the
+    # one the log shows, or the one glmlaunch launched. Whole, so that no later change of a shipped
+    # profile or of a schema default changes what a stored record means. None where the log showed none.
+    config: dict[str, Any] | None = None
     # Set when ``serve --supervise`` wrote the record; ``calibrate ingest`` of the same file keeps it.
     supervised: SupervisedBoot | None = None
 
@@ -198,8 +202,7 @@ def build_calibration(
     profile: str | None,
     total_bytes: int | None = None,
     created_at: datetime | None = None,
-    boot_settings: dict[str, Any] | None = None,
-    base_profile: str | None = None,
+    config: DeploymentConfig | None = None,
     extra_notes: list[str] | None = None,
 ) -> Calibration:
     """Turn a parsed boot into a record (pure; the store writes it)."""
@@ -226,6 +229,5 @@ def build_calibration(
         ranks=[t for t, _ in derived],
         total_bytes_exact=exact,
         notes=notes,
-        boot_settings=dict(boot_settings or {}),
-        base_profile=base_profile,
+        config=config.model_dump(mode="json") if config is not None else None,
     )

@@ -98,7 +98,7 @@ def compute_residuals(config: DeploymentConfig, record: Calibration) -> dict[str
 def residuals_document(record: Calibration, config: DeploymentConfig | None = None) -> dict[str, Any]:
     """Residuals for a record, against the configuration it was ingested with (rebuilt from the profile)."""
     cfg = config
-    if cfg is None and record.boot_settings:
+    if cfg is None and record.config is not None:
         from glmlaunch.calibrate.learn import record_config
 
         cfg = record_config(record)

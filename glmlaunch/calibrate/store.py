@@ -16,6 +16,9 @@ Layout: ``<cache>/calibration/<record_id>.json``, one JSON document per ingested
   with a warning naming the file; they are never deleted. So are files that break the limits of
   :mod:`glmlaunch.config.limits` (too large, too deep, not UTF-8) and anything that is not a regular file
   (a FIFO is never opened, so a lookup cannot hang; a symlink to a device is never read).
+* A schema-1 record is migrated as it is read (:mod:`glmlaunch.calibrate.migrate`: its settings over the
+  profile as the glmlaunch that wrote it shipped it), or skipped with the reason its configuration cannot
+  be recovered. The file is left as it is: a reader never writes.
 * A record is used only when its fingerprint matches; every record that did not match is reported with the
   fields that differ (:class:`Lookup`).
 """
@@ -193,6 +196,9 @@ def check_record_text(text: str, *, source: str) -> None:
         ) from None
 
 
+_REINGEST = "ingest its boot log again (glmlaunch calibrate ingest LOG) for a record of this glmlaunch"
+
+
 def read_record(path: Path) -> tuple[Calibration | None, str | None]:
     """Read one file: (record, None), or (None, why it was skipped); never raises on a bad file.
 
@@ -211,9 +217,16 @@ def read_record(path: Path) -> tuple[Calibration | None, str | None]:
         return None, f"not valid JSON ({exc})"
     if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
         return None, "not a glmlaunch calibration record"
+    if data.get("schema_version") == 1:
+        from glmlaunch.calibrate.migrate import MigrationRefused, migrate_schema1
+
+        try:
+            data = migrate_schema1(data)
+        except MigrationRefused as exc:
+            return None, f"a schema-1 record whose configuration cannot be recovered: {exc}; {_REINGEST}"
     if data.get("schema_version") != SCHEMA_VERSION:
         version = short(repr(data.get("schema_version")), 40)
-        return None, f"schema version {version}; this glmlaunch reads {SCHEMA_VERSION}"
+        return None, f"schema version {version}; this glmlaunch reads {SCHEMA_VERSION} (and migrates 1)"
     try:
         record = Calibration.model_validate(data)
     except ValidationError as exc:

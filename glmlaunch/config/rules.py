@@ -33,20 +33,11 @@ from glmlaunch.config.registry import (
 from glmlaunch.config.releases import SPARKINFER_STACKS, release_number, stack_of_release
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import KIB, format_size
+from glmlaunch.config.worldsizes import DCP_A2A_WORLD_SIZES, ONESHOT_WORLD_SIZES
 
 Level = Literal["error", "warning", "note"]
 
 SUPPORTED_TP_DCP = frozenset({(4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4), (8, 8)})
-ONESHOT_WORLD_SIZES = frozenset({2, 4, 6, 8, 10})
-#: per generation (pcie_dcp_a2a.py SUPPORTED_WORLD_SIZES of each tree; the ledger's constants hold the same,
-#: tests/ledger/test_generations.py keeps them equal)
-DCP_A2A_WORLD_SIZES: dict[str, frozenset[int]] = {
-    "sparkinfer-r14": frozenset({2, 4, 8}),
-    "sparkinfer-r28": frozenset({2, 4, 8}),
-    "b12x-r29": frozenset({2, 4, 8, 16}),
-    "b12x-r32": frozenset({2, 4, 8, 16}),
-    "b12x-1.5": frozenset({2, 4, 8, 9, 10, 12, 16}),
-}
 #: the EXL3 Trellis decode window the runtime uses when VLLM_EXL3_TRELLIS_MAX_M is unset (the appliance's
 #: entrypoint.sh L1459 and the release line's serve-gilded-gnosis.sh L43 both default it to 32)
 TRELLIS_MAX_M_DEFAULT = 32
@@ -213,13 +204,13 @@ def _pcie_tp1(c: DeploymentConfig) -> Iterator[Finding]:
 
 @rule("oneshot-world-size", "error", "the one-shot all-reduce's world sizes")
 def _oneshot_world(c: DeploymentConfig) -> Iterator[Finding]:
-    tp = c.parallel.tp
-    if c.comm.pcie_allreduce and tp > 1 and tp not in ONESHOT_WORLD_SIZES:
+    tp, sizes = c.parallel.tp, ONESHOT_WORLD_SIZES[c.stack]
+    if c.comm.pcie_allreduce and tp > 1 and tp not in sizes:
         yield Finding(
             "parallel.tp",
             "the one-shot all-reduce supports no such world size",
             tp,
-            tuple(str(w) for w in sorted(ONESHOT_WORLD_SIZES)),
+            tuple(str(w) for w in sorted(sizes)),
         )
 
 

@@ -5,6 +5,7 @@ generation, with the tree and commit it was read from (:class:`TreeRef`). Every 
 tree's own code by ``tests/ledger/test_generations.py`` against ``tests/fixtures/generations/<stack>.json``
 (what ``scripts/record_generation.py`` recorded by running that tree's layout code, with file:line
 provenance of every constant); docs/memory-model.md §10 says what changed between generations.
+The pools' world sizes are the one table validation also reads (:mod:`glmlaunch.config.worldsizes`).
 
 * ``sparkinfer-r14``: SparkInfer de04125 (the r12 release tree; r13-r16 carry byte-identical memory code).
 * ``sparkinfer-r28``: SparkInfer 272a84bd + PR 106 + PR 117 (tree 200c1db7, releases r17-r28): the one-shot
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from glmlaunch.config.worldsizes import DCP_A2A_WORLD_SIZES, ONESHOT_WORLD_SIZES
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -144,7 +147,7 @@ SPARKINFER_R14 = StackConstants(
     oneshot_signal_bytes=150_528,
     oneshot_rank_data_bytes=8 * MIB,
     oneshot_rank_data_used_bytes=2 * 128,  # two RankData records of kMaxRanks=16 pointers
-    oneshot_world_sizes=(2, 4, 6, 8, 10),
+    oneshot_world_sizes=ONESHOT_WORLD_SIZES["sparkinfer-r14"],
     oneshot_shard_rule="push",
     oneshot_required_sms=0,
     dma_flag_slots=256,
@@ -156,7 +159,7 @@ SPARKINFER_R14 = StackConstants(
     # sizeof(Signal) (kMaxBlocks 64, kMaxRanks 8), also measured as meta_size() on 2x H200
     dcp_a2a_signal_bytes=133_120,
     dcp_a2a_signal_origin="sizeof(Signal) at de04125 (pcie_dcp_a2a.cu:68)",
-    dcp_a2a_world_sizes=(2, 4, 8),
+    dcp_a2a_world_sizes=DCP_A2A_WORLD_SIZES["sparkinfer-r14"],
     dcp_a2a_required_sms=0,
     dcp_topk_signal_bytes=266_240,
     dcp_topk_world_sizes=(2, 3, 4, 6, 8),
@@ -205,6 +208,8 @@ SPARKINFER_R28 = replace(
     dcp_a2a_required_sms=64,
     semantic_channels=True,
     max_concurrent_channels=2,
+    oneshot_world_sizes=ONESHOT_WORLD_SIZES["sparkinfer-r28"],
+    dcp_a2a_world_sizes=DCP_A2A_WORLD_SIZES["sparkinfer-r28"],
 )
 
 #: B12X from r29: CuTe-DSL pools (no nvcc), Python-sized signals for 16 ranks, DMA world sizes listed.
@@ -229,9 +234,10 @@ B12X_R29 = replace(
     # (64 blocks * 16 ranks + 2 * 64 * 16 * 32 flag words) * 4 B
     dcp_a2a_signal_bytes=(64 * 16 + 2 * 64 * 16 * 32) * 4,
     dcp_a2a_signal_origin="_SIGNAL_BYTES at 6bc35fdb (pcie_dcp_a2a.py:47)",
-    dcp_a2a_world_sizes=(2, 4, 8, 16),
+    dcp_a2a_world_sizes=DCP_A2A_WORLD_SIZES["b12x-r29"],
     # signal_bytes(128 blocks), 16 ranks
     dcp_topk_signal_bytes=(128 * 16 + 2 * 128 * 16 * 32) * 4,
+    oneshot_world_sizes=ONESHOT_WORLD_SIZES["b12x-r29"],
 )
 
 B12X_R32 = replace(
@@ -255,6 +261,8 @@ B12X_R32 = replace(
     releases="r32-r34",
     dcp_a2a_signal_origin="_SIGNAL_BYTES at cd3ce190 (pcie_dcp_a2a.py:47)",
     oneshot_shard_rule="push+topology",
+    oneshot_world_sizes=ONESHOT_WORLD_SIZES["b12x-r32"],
+    dcp_a2a_world_sizes=DCP_A2A_WORLD_SIZES["b12x-r32"],
 )
 
 B12X_15 = replace(
@@ -266,10 +274,11 @@ B12X_15 = replace(
     releases="no release",
     oneshot_shard_rule="pypi-1.5",
     dcp_a2a_signal_origin="b12x.comm.pcie.pcie_dcp_a2a._SIGNAL_BYTES",
-    dcp_a2a_world_sizes=(2, 4, 8, 9, 10, 12, 16),
+    dcp_a2a_world_sizes=DCP_A2A_WORLD_SIZES["b12x-1.5"],
     # _COOP_STATE_WORDS = 8968 int32 words per row
     indexer_fused_merge_state_bytes_per_row=8968 * 4,
     indexer_fused_c4_heads=(32, 64),
+    oneshot_world_sizes=ONESHOT_WORLD_SIZES["b12x-1.5"],
 )
 
 #: The seed's re-review arithmetic for the DCP A2A signal region (reproduces 14,205,952 B).

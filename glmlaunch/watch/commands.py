@@ -299,7 +299,7 @@ def run_explain_oom(
     config: DeploymentConfig | None = None
     name = ""
     if profile is None and not overrides:
-        _, config = _logged_config(boot, log)
+        config = _logged_config(boot, log)
         if config is not None:
             name = f"the configuration {log.name} booted"
     if config is None:

@@ -59,7 +59,7 @@ def test_ingest_keys_the_record_on_the_pin_and_the_quantization(
     stored = json.loads(
         (Path(clean_env["GLMLAUNCH_CACHE_DIR"]) / "calibration" / f"{rec['record_id']}.json").read_text()
     )
-    for where in (stored["boot_settings"], stored["fingerprint"]["settings"]):
-        assert where["memory.num_gpu_blocks_override"] == 2048
-        assert where["model.online_quant"] == "exl3-b6"
-        assert where["memory.kv_scale_mode"] == "dynamic-token"
+    boot, keyed = stored["config"], stored["fingerprint"]["settings"]
+    assert boot["memory"]["num_gpu_blocks_override"] == keyed["memory.num_gpu_blocks_override"] == 2048
+    assert boot["model"]["online_quant"] == keyed["model.online_quant"] == "exl3-b6"
+    assert boot["memory"]["kv_scale_mode"] == keyed["memory.kv_scale_mode"] == "dynamic-token"

@@ -11,7 +11,7 @@ from conftest import FIXTURES
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint, memory_settings
 from glmlaunch.calibrate.ingest import ingest_launched, ingest_logs
-from glmlaunch.calibrate.learn import record_config, settings_over
+from glmlaunch.calibrate.learn import record_config
 from glmlaunch.calibrate.profile_import import build_profile
 from glmlaunch.calibrate.records import SupervisedBoot
 from glmlaunch.calibrate.store import Store
@@ -46,7 +46,7 @@ def test_the_record_measures_what_ingest_measures_and_is_keyed_on_the_launch(tmp
     assert launched.fingerprint == make_fingerprint(
         config, None, vllm_version=launched.boot.engine.vllm_version, versions=VERSIONS  # type: ignore[arg-type]
     )
-    assert launched.boot_settings == settings_over(config)  # type: ignore[arg-type]
+    assert launched.config == config.model_dump(mode="json")  # type: ignore[attr-defined]
     assert launched.profile == name and launched.supervised == SupervisedBoot(boot_id="b1", outcome="running")
     # the log agrees with the launch in every setting it shows: nothing to note
     assert launched.notes == []
@@ -61,7 +61,7 @@ def test_a_launch_the_log_disagrees_with_keys_the_record_on_the_launch() -> None
     assert record.fingerprint == make_fingerprint(
         config, None, vllm_version=record.boot.engine.vllm_version, versions=VERSIONS
     )
-    assert record.boot_settings == settings_over(config)
+    assert record.config == config.model_dump(mode="json")
     own = record_config(record)
     assert own is not None and memory_settings(own) == memory_settings(config)
     [note] = record.notes
@@ -89,9 +89,11 @@ def test_one_boot_with_two_records_counts_once_and_the_supervised_one_stands(tmp
 
 
 @pytest.mark.parametrize("profile", ["turnkey", "gate", "r12-exl3"])
-def test_settings_over_the_base_give_the_configuration_back(profile: str) -> None:
-    from glmlaunch.calibrate.learn import config_from_settings
-
+def test_the_record_gives_the_launched_configuration_back(profile: str, tmp_path: Path) -> None:
+    # stored whole and read back from disk: no shipped profile or schema default stands in for any of it
     config = resolve_config(profile, (), environ={}).config
-    back = config_from_settings(settings_over(config))
-    assert back.model_dump(mode="json") == config.model_dump(mode="json")
+    store = Store(tmp_path / "calibration")
+    ingest_launched(LOG, launched=config, profile=profile, inventory=None, store=store, versions=VERSIONS)
+    [record] = store.load().records
+    back = record_config(record)
+    assert back is not None and back.model_dump(mode="json") == config.model_dump(mode="json")

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _probe(code: str, env: dict[str, str]) -> dict[str, object]:
@@ -72,25 +76,62 @@ def test_the_configuration_models_skip_the_plugin_scan(clean_env: dict[str, str]
     assert probe["plugins_scanned"] is False and probe["plugins_var_left"] is False
 
 
-def test_exit_skips_freeing_what_the_process_built(clean_env: dict[str, str]) -> None:
-    # Registered before glmlaunch is imported, this handler runs after glmlaunch's (exit handlers run in
-    # reverse order): by then every object must be frozen, so CPython's final collections skip them.
-    code = (
-        "import atexit, gc, sys\n"
-        "atexit.register(lambda: sys.stdout.write(f'frozen={gc.get_freeze_count() > 0}'))\n"
-        "import glmlaunch.cli\n"
-    )
+def _console_entry() -> tuple[str, str]:
+    # what `pip install` writes the `glmlaunch` script from: pyproject's [project.scripts]
+    with (REPO / "pyproject.toml").open("rb") as fh:
+        target = tomllib.load(fh)["project"]["scripts"]["glmlaunch"]
+    module, _, function = target.partition(":")
+    return module, function
+
+
+def _exit_probe(code: str, env: dict[str, str]) -> str:
     res = subprocess.run(
         [sys.executable, "-c", code],
-        env=clean_env,
-        cwd=clean_env["HOME"],
+        env=env,
+        cwd=env["HOME"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert res.returncode == 0, res.stderr
-    assert res.stdout == "frozen=True"
+    return res.stdout.strip().splitlines()[-1]
+
+
+# Registered before glmlaunch is imported, this handler runs after every one glmlaunch registers (exit
+# handlers run in reverse order): it sees whether the process's objects were frozen for exit.
+AT_EXIT = (
+    "import atexit, gc, json, sys\n"
+    "default = gc.get_threshold()\n"
+    "atexit.register(lambda: print(json.dumps({'frozen': gc.get_freeze_count() > 0, "
+    "'threshold_changed': gc.get_threshold() != default})))\n"
+)
+
+
+def test_exit_skips_freeing_what_the_process_built(clean_env: dict[str, str]) -> None:
+    # the console script: every object is frozen by exit, so CPython's final collections skip them, and
+    # the collector ran rarely while it lived
+    module, function = _console_entry()
+    code = AT_EXIT + (
+        "import io, contextlib\n"
+        "sys.argv = ['glmlaunch', 'env', '-p', 'turnkey', '--shell', 'bash']\n"
+        f"from {module} import {function} as entry\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        entry()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+    )
+    assert json.loads(_exit_probe(code, clean_env)) == {"frozen": True, "threshold_changed": True}
+
+
+def test_importing_glmlaunch_leaves_the_interpreter_as_it_was(clean_env: dict[str, str]) -> None:
+    # a library user (a test runner, a notebook) keeps its own collector settings and exit handlers;
+    # glmlaunch.cli is what in-process CLI tests import
+    code = AT_EXIT + (
+        "import glmlaunch, glmlaunch.__main__, glmlaunch.cli, glmlaunch.ledger, glmlaunch.calibrate.store\n"
+    )
+    assert json.loads(_exit_probe(code, clean_env)) == {"frozen": False, "threshold_changed": False}
 
 
 RUN_PLAN = """

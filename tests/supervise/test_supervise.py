@@ -28,7 +28,6 @@ import pytest
 from conftest import FIXTURES, REPO, glmlaunch_exe, run_cli
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
-from glmlaunch.calibrate.learn import settings_over
 from glmlaunch.calibrate.profile_import import build_profile
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.hardware.inventory import load_inventory
@@ -252,7 +251,7 @@ def test_the_record_is_keyed_on_the_launch_and_measures_what_ingest_measures(
     # with the hardware identity of the inventory the check stage read
     expected = make_fingerprint(config, load_inventory(INVENTORY), vllm_version=vllm)
     assert mine["fingerprint"] == expected.model_dump(mode="json")
-    assert mine["boot_settings"] == settings_over(config)
+    assert mine["config"] == config.model_dump(mode="json")
     assert mine["notes"] == []  # the log agrees with the launch in every setting it shows
     assert mine["supervised"]["outcome"] == "served" and mine["supervised"]["exit_status"] == "exit 0"
     assert mine["supervised"]["boot_id"] == the_boot(env).name
