@@ -384,6 +384,44 @@ def preflight_cmd(
     render_preflight(report, as_json=json_)
 
 
+@app.command(
+    "fetch",
+    cls=Command,
+    epilog="""
+        glmlaunch fetch -p turnkey --dry-run --offline       # the revision, its documented size, where
+        glmlaunch fetch -p turnkey --dry-run --offline --json
+    """,
+)
+def fetch_cmd(
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="say what a fetch would download and where; download nothing"),
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="do not reach the hub (also HF_HUB_OFFLINE=1): verify what is on disk against its stamp",
+        ),
+    ] = False,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            "--repo",
+            metavar="OWNER/NAME",
+            help="the hub repository a local model.path directory is fetched from (its stamp keeps it)",
+        ),
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Download the profile's pinned checkpoint (model.path at model.revision), verify and stamp it."""
+    from glmlaunch.fetch.commands import run_fetch
+
+    run_fetch(profile, set_ or [], dry_run=dry_run, offline=offline, repo=repo, as_json=json_)
+
+
 # --- calibrate (learn from real vLLM boots; search the knobs) ------------------------------------
 calibrate_app = typer.Typer(
     help="Learn W, P, N, G_e and T-F0 from real vLLM boot logs; search the knobs with them.",
@@ -531,7 +569,7 @@ def calibrate_search_cmd(
     "serve",
     cls=Command,
     epilog="""
-        glmlaunch serve -p turnkey                                     # the container entrypoint
+        glmlaunch serve -p turnkey --fetch                             # the container entrypoint
         glmlaunch serve -p turnkey --supervise --strict-exit           # vLLM as a supervised child
         glmlaunch serve -p turnkey --supervise --watch --metrics-port 9400   # and its memory watched
         glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # what it would run; starts nothing
@@ -605,6 +643,14 @@ def serve_cmd(
         ),
     ] = "127.0.0.1",
     watch_replay: Annotated[Path | None, typer.Option("--watch-replay", hidden=True)] = None,
+    fetch: Annotated[
+        bool,
+        typer.Option(
+            "--fetch",
+            help="fetch the checkpoint first when it is not on disk (glmlaunch fetch; the container's "
+            "default), instead of refusing",
+        ),
+    ] = False,
 ) -> None:
     """Resolve, check, plan, preflight, then exec (or supervise) `vllm serve` (the container entrypoint)."""
     from glmlaunch.launch import serve as serve_mod
@@ -626,6 +672,7 @@ def serve_cmd(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             watch_replay=watch_replay,
+            fetch=fetch,
         )
     )
     serve_mod.render(plan, as_json=json_)

@@ -44,6 +44,8 @@ class ExitCode(IntEnum):
     WARNINGS = 7  # only warnings, and --strict was given
     NO_GPU = 8  # no NVIDIA driver / NVML, or no GPU visible
     ENGINE_FAILED = 9  # serve --strict-exit: vLLM exited 0 after a fatal engine error in its log
+    WEIGHTS = 10  # the checkpoint is not on disk or cannot be fetched (gated, wrong revision, another model)
+    DISK_SPACE = 11  # the checkpoint does not fit in the free space at its destination
     INTERRUPTED = 130  # Ctrl-C / SIGTERM
 
 
@@ -145,3 +147,13 @@ class LaunchError(GlmlaunchError):
 
 class StrictWarningsError(GlmlaunchError):
     exit_code = ExitCode.WARNINGS
+
+
+class WeightsError(GlmlaunchError):
+    """The checkpoint's weights: missing on disk, or the hub refused them (glmlaunch.fetch)."""
+
+    exit_code = ExitCode.WEIGHTS
+
+
+class DiskSpaceError(GlmlaunchError):
+    exit_code = ExitCode.DISK_SPACE

@@ -1,10 +1,13 @@
 """The package layout is the pipeline: no import cycles, and no stage imports a later one.
 
 Stages in pipeline order (``ls glmlaunch/``): config → vllmlog → ledger (the memory model) → hardware →
-calibrate → plan → preflight → watch → supervise → launch, with ``cli.py`` on top. ``vllmlog`` is the
-grammar of vLLM's log (its lines, patterns and events); calibrate learns from a boot's log, watch explains
-an OOM line, supervise reads vLLM's output live, so it sits below all three; it parses text and needs only
-config's units and read limits, so it sits right above config, where nothing but config can reach it.
+fetch → calibrate → plan → preflight → watch → supervise → launch, with ``cli.py`` on top. ``vllmlog`` is
+the grammar of vLLM's log (its lines, patterns and events); calibrate learns from a boot's log, watch
+explains an OOM line, supervise reads vLLM's output live, so it sits below all three; it parses text and
+needs only config's units and read limits, so it sits right above config, where nothing but config can
+reach it. ``fetch`` puts the profile's pinned checkpoint on disk: it runs after the hardware checks (no
+download for a host that would fail them, as upstream's entrypoint refuses) and feeds the plan the fetched
+safetensors payload, so it sits between the two; ``launch`` calls its weights check in the preflight stage.
 Calibration feeds the plan, so it sits below it; the memory model sits below calibration, which fits its
 residuals. ``watch`` compares live
 memory with the plan and feeds runtime evidence back to calibration; ``serve --supervise --watch`` runs it
@@ -28,6 +31,7 @@ STAGES = (
     "vllmlog",
     "ledger",
     "hardware",
+    "fetch",
     "calibrate",
     "plan",
     "preflight",

@@ -80,6 +80,21 @@ PATH = "PATH"
 CUDA_HOME = "CUDA_HOME"
 TORCH_EXTENSIONS_DIR = "TORCH_EXTENSIONS_DIR"
 
+# Hugging Face's variables: `glmlaunch fetch` (glmlaunch.fetch) downloads the checkpoint where vLLM will
+# look for it, so it reads the cache location from the launch environment as huggingface_hub does
+# (huggingface_hub/constants.py: HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else
+# XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub), the hub from HF_ENDPOINT and the token
+# from HF_TOKEN (masked everywhere). HF_HUB_OFFLINE is read from the caller's environment only: the
+# profiles set it for vLLM, whose weights are on disk by then.
+HF_TOKEN = "HF_TOKEN"
+HF_ENDPOINT = "HF_ENDPOINT"
+HF_HOME = "HF_HOME"
+HF_HUB_CACHE = "HF_HUB_CACHE"
+HUGGINGFACE_HUB_CACHE = "HUGGINGFACE_HUB_CACHE"
+HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+XDG_CACHE_HOME = "XDG_CACHE_HOME"
+HOME = "HOME"
+
 # b12x's own knobs: produced for vLLM on the b12x stack (MANAGED below), and pinned by the ledger's
 # b12x bridge while it asks the library's planners (ledger/b12x_bridge.py).
 B12X_FUSED_INDEXER = "B12X_FUSED_INDEXER"
@@ -658,7 +673,12 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
     "SAFETENSORS_FAST_GPU": "safetensors loads straight to the GPU (load time)",
     "DO_NOT_TRACK": "telemetry off",
     "HF_HUB_DISABLE_TELEMETRY": "telemetry off",
-    "HF_HUB_OFFLINE": "no hub downloads at serve time (the weights are on disk)",
+    HF_HUB_OFFLINE: "no hub downloads at serve time (`glmlaunch fetch` or `serve --fetch` fetched them)",
+    HF_HOME: "Hugging Face's cache root (the hub cache is HF_HOME/hub): where `glmlaunch fetch` downloads",
+    HF_HUB_CACHE: "the hub cache itself: where `glmlaunch fetch` downloads and vLLM loads from",
+    HUGGINGFACE_HUB_CACHE: "the hub cache's older name (HF_HUB_CACHE wins)",
+    HF_ENDPOINT: "the hub `glmlaunch fetch` downloads from (a mirror; default the public hub)",
+    HF_TOKEN: "the hub token for gated or private checkpoints (a secret: masked everywhere)",
     "INSTANTTENSOR_BACKEND": "the InstantTensor loader (model.load_format instanttensor)",
     "INSTANTTENSOR_COPY": "the InstantTensor loader (model.load_format instanttensor)",
     "INSTANTTENSOR_BUFFER_SIZE": "the InstantTensor loader (model.load_format instanttensor)",
@@ -671,7 +691,53 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
     "TORCHINDUCTOR_CACHE_DIR": _HOST_PATH,
     "TRITON_CACHE_DIR": _HOST_PATH,
     "CUDA_CACHE_PATH": _HOST_PATH,
-    "XDG_CACHE_HOME": _HOST_PATH,
+    XDG_CACHE_HOME: _HOST_PATH,
+    # the rest of the old chain's compile caches (CONTAINER_CACHES below)
+    "TILELANG_CACHE_DIR": _HOST_PATH,
+    "TILELANG_TMP_DIR": _HOST_PATH,
+    "TVM_CACHE_DIR": _HOST_PATH,
+    "TVM_FFI_CACHE_DIR": _HOST_PATH,
+    TORCH_EXTENSIONS_DIR: _HOST_PATH,
+    "FLASHINFER_WORKSPACE_BASE": _HOST_PATH,
+    "CUTE_DSL_CACHE_DIR": _HOST_PATH,
+    "DG_JIT_CACHE_DIR": _HOST_PATH,
+    "MM_SPARSE_ATTN_AOT_CACHE": _HOST_PATH,
+    "MINFER_FMHA_CACHE_DIR": _HOST_PATH,
+    "CUPY_CACHE_DIR": _HOST_PATH,
+    "NUMBA_CACHE_DIR": _HOST_PATH,
+}
+
+#: The compile and JIT caches of the container (scripts/Dockerfile.glmlaunch), all under the /cache volume so
+#: a restarted or replaced container compiles nothing twice: the old launcher chain's names and values,
+#: local-inference-lab/blackwell-llm-docker launchers/serve-glm52-v16.sh L287-306 @3dd078a (L258-277 at
+#: 513bd84, the chain glmlaunch was built on: `export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/cache}"`, then
+#: `${XDG_CACHE_HOME}/triton` and so on), with XDG_CACHE_HOME = /cache. Its TMPDIR (/container-tmp) is
+#: scratch, not a cache, and stays out. tests/test_container.py holds the Dockerfile's ENV block to this.
+CONTAINER_CACHE_ROOT = "/cache"
+CONTAINER_CACHES: dict[str, str] = {
+    XDG_CACHE_HOME: CONTAINER_CACHE_ROOT,
+    "VLLM_CACHE_ROOT": "/cache/vllm",
+    "VLLM_CACHE_DIR": "/cache/vllm",
+    "TILELANG_CACHE_DIR": "/cache/tilelang",
+    "TILELANG_TMP_DIR": "/cache/tilelang/tmp",
+    "TVM_CACHE_DIR": "/cache/tvm",
+    "TVM_FFI_CACHE_DIR": "/cache/tvm-ffi",
+    "TRITON_CACHE_DIR": "/cache/triton",
+    "TORCHINDUCTOR_CACHE_DIR": "/cache/torchinductor",
+    TORCH_EXTENSIONS_DIR: "/cache/torch_extensions",
+    "FLASHINFER_WORKSPACE_BASE": "/cache/flashinfer",
+    "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "/cache/flashinfer-autotune",
+    "CUTE_DSL_CACHE_DIR": "/cache/cute-dsl",
+    "B12X_CUTE_COMPILE_CACHE_DIR": "/cache/b12x-cute",
+    "DG_JIT_CACHE_DIR": "/cache/deep-gemm",
+    "MM_SPARSE_ATTN_AOT_CACHE": "/cache/minfer/mm_sparse_attn",
+    "MINFER_FMHA_CACHE_DIR": "/cache/minfer/fmha_sm100",
+    "CUDA_CACHE_PATH": "/cache/cuda",
+    "CUPY_CACHE_DIR": "/cache/cupy",
+    "NUMBA_CACHE_DIR": "/cache/numba",
+    # not the old chain's (it mounted the weights elsewhere): the hub cache vLLM loads from and
+    # `serve --fetch` fills, on the same volume
+    HF_HOME: "/cache/huggingface",
 }
 
 

@@ -18,6 +18,7 @@ replaces the process with vLLM (exec, the command line's default) or runs it as 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -62,7 +63,16 @@ from glmlaunch.launch.handoff import (
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
 from glmlaunch.ledger.verdict import Verdict, judge
-from glmlaunch.output import mask_secrets, note, out_json, out_text, register_secrets, shell_quote, warn
+from glmlaunch.output import (
+    is_quiet,
+    mask_secrets,
+    note,
+    out_json,
+    out_text,
+    register_secrets,
+    shell_quote,
+    warn,
+)
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.apply import CalibrationUse
@@ -112,6 +122,8 @@ class ServeOptions:
     metrics_host: str = "127.0.0.1"
     #: (hidden) a recorded NVML trace the supervised watch replays instead of live NVML: the tests'
     watch_replay: Path | None = None
+    #: --fetch: missing weights are fetched in the preflight stage (glmlaunch.fetch), not refused
+    fetch: bool = False
 
 
 @dataclass(frozen=True)
@@ -466,22 +478,42 @@ def _skip_reason(options: ServeOptions, tool: ToolSettings) -> str | None:
 
 
 def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
-    """The preflight on the real GPUs; a dry run says what stops it here before it starts."""
+    """The weights, then the preflight on the real GPUs; a dry run says what stops them here before they
+    start. The weights check (glmlaunch.fetch.status) is skipped with the preflight, run by a dry run (it
+    is a look at the disk, no hub), and a missing checkpoint is fetched first with ``--fetch``."""
     from glmlaunch.calibrate.apply import CalibrationUse
+    from glmlaunch.fetch.status import ensure_weights
 
     config = prior.get(Resolution).config
     skip = _skip_reason(prior.options, prior.tool)
-    if skip is None:
-        return preflight_on_gpus(config, prior.get(Backend).name, prior.get(CalibrationUse).calibration)
     nothing = Preflighted(None, None)
-    if skip != _DRY_RUN_SKIP:
+    if skip is not None and skip != _DRY_RUN_SKIP:
         # skipping a real launch's preflight is worth a warning
-        return StageRecord("preflight", "warn", nothing, skip, ran=False, progress="warn")
+        detail = f"{skip}; the weights on disk are not checked either"
+        return StageRecord("preflight", "warn", nothing, detail, ran=False, progress="warn")
+    weights = ensure_weights(
+        config,
+        prior.get(Resolution).resolved.profile_name,
+        caller_env=prior.environ,
+        launch_env=prior.get(Environment).launch.full,
+        fetch_missing=prior.options.fetch,
+        dry_run=prior.options.dry_run,
+        bars=not is_quiet() and sys.stderr.isatty(),
+        say=note,
+        warn=warn,
+    )
+    if skip is None:
+        note(weights.line())  # now, not after the preflight: that takes a while
+        record = preflight_on_gpus(config, prior.get(Backend).name, prior.get(CalibrationUse).calibration)
+        return replace(record, detail=f"{record.detail}; {weights.line()}")
     forecast = preflight_forecast(config, prior.get(Environment).launch.full)
-    if forecast is None:
-        return StageRecord("preflight", "note", nothing, skip, ran=False)
-    detail = f"{skip}; a real launch runs it and stops: {forecast.message}"
-    return StageRecord("preflight", "error", nothing, detail, forecast, ran=False)
+    parts = [skip, weights.line()]
+    if forecast is not None:
+        parts.append(f"a real launch runs it and stops: {forecast.message}")
+    error = weights.error or forecast
+    if error is None:
+        return StageRecord("preflight", "note", nothing, "; ".join(parts), ran=False)
+    return StageRecord("preflight", "error", nothing, "; ".join(parts), error, ran=False)
 
 
 def preflight_on_gpus(

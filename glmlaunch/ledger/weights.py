@@ -350,10 +350,18 @@ def _from_payload(cfg: DeploymentConfig) -> Figure | None:
     found = model_dir_bytes(cfg.model.path) if cfg.model.path else None
     if found is None:
         return None
-    total, nfiles = found
+    return payload_figure(cfg, found[0], found[1], cfg.model.path or "")
+
+
+def payload_figure(cfg: DeploymentConfig, total: int, nfiles: int, where: str) -> Figure:
+    """W estimated from a checkpoint's safetensors payload (``total`` tensor bytes in ``nfiles`` files, as
+    their headers declare): the payload / 4 plus the measured payload-to-loaded offset at TP4, the online
+    quantization's saving and the MTP layer's share, split to the deployment's TP. A local ``model.path`` is
+    read here; a checkpoint fetched into the hub cache is read by :mod:`glmlaunch.fetch.payload`, which hands
+    its figures to this same function."""
     off = payload_offset()
     base = -(-total // 4)
-    formula = f"safetensors headers of {cfg.model.path}: {fmt_int(total)} B in {nfiles} files / 4"
+    formula = f"safetensors headers of {where}: {fmt_int(total)} B in {nfiles} files / 4"
     value = base
     if off is not None:
         value += off[0]

@@ -625,9 +625,10 @@ def _no_nvml() -> bool:
         # the first blocking stage wins: resolve (6) before check (8); the dry run only notes the 6
         (False, [], 6, "resolve", 8),
         (True, [], 8, "check", 8),  # no NVML here: nothing to check
-        (False, ["--inventory", str(INVENTORY)], 6, "resolve", 8),
-        # the inventory stands in for the check; the preflight needs real GPUs
-        (True, ["--inventory", str(INVENTORY)], 8, "preflight", 8),
+        # the inventory stands in for the check; the preflight stage's first step, the weights check,
+        # stops it: the checkpoint is not on disk here and --fetch was not given
+        (False, ["--inventory", str(INVENTORY)], 6, "resolve", 10),
+        (True, ["--inventory", str(INVENTORY)], 10, "preflight", 10),
         (True, ["--inventory", str(INVENTORY), "--skip-preflight"], 0, None, 0),
         # a planning machine without vLLM: the dry run exits 0, the real launch 6
         (False, ["--inventory", str(INVENTORY), "--skip-preflight"], 6, "resolve", 0),
