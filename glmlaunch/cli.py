@@ -410,8 +410,8 @@ def fetch_cmd(
         str | None,
         typer.Option(
             "--repo",
-            metavar="OWNER/NAME",
-            help="the hub repository a local model.path directory is fetched from (its stamp keeps it)",
+            metavar="REPO",
+            help="hub repository (owner/name) a local model.path directory is fetched from (stamped)",
         ),
     ] = None,
     json_: JsonOpt = False,

@@ -39,6 +39,8 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
          "--vllm-bin", "{vllm}"],
     ),
     "plan": ("../plan-schema-v1.json", ["plan", "-p", "turnkey", "--json"]),
+    # offline: no test reaches the hub (tests/fetch/ validates the documents of real fetches)
+    "fetch": ("fetch.schema.json", ["fetch", "-p", "turnkey", "--dry-run", "--offline", "--json"]),
     "audit": ("audit.schema.json", ["audit", "-p", "gate", "--json"]),
     "diff": ("diff.schema.json", ["diff", "gate", "turnkey", "--json"]),
     "profiles list": ("profiles-list.schema.json", ["profiles", "list", "--json"]),

@@ -712,7 +712,8 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
 #: local-inference-lab/blackwell-llm-docker launchers/serve-glm52-v16.sh L287-306 @3dd078a (L258-277 at
 #: 513bd84, the chain glmlaunch was built on: `export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/cache}"`, then
 #: `${XDG_CACHE_HOME}/triton` and so on), with XDG_CACHE_HOME = /cache. Its TMPDIR (/container-tmp) is
-#: scratch, not a cache, and stays out. tests/test_container.py holds the Dockerfile's ENV block to this.
+#: scratch, not a cache, and stays out. tests/fetch/test_fetch_container.py holds the Dockerfile's ENV block
+#: to this.
 CONTAINER_CACHE_ROOT = "/cache"
 CONTAINER_CACHES: dict[str, str] = {
     XDG_CACHE_HOME: CONTAINER_CACHE_ROOT,

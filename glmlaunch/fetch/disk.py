@@ -109,6 +109,19 @@ def remove(paths: Iterable[Path]) -> int:
     return freed
 
 
+def remove_files(directory: Path, paths: Iterable[str]) -> None:
+    """Delete the files at ``paths`` under ``directory``; a link into the hub cache's blobs takes its blob
+    along (the blob is the wrong bytes; the link alone would be recreated pointing at it)."""
+    for rel in paths:
+        path = directory / rel
+        try:
+            if path.is_symlink():
+                path.resolve().unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+        except OSError:
+            continue
+
+
 def existing_ancestor(path: Path) -> Path:
     """The nearest directory of ``path`` that exists: where its filesystem's free space is read."""
     here = path

@@ -301,7 +301,19 @@ def fetch(
     assert checkpoint_dir is not None
     with _locked(target):
         if not state_of_disk.complete:
-            _download(target, access, remote, commit, checkpoint_dir, launch_env, left, needed, bars, say)
+            _download(
+                target,
+                access,
+                remote,
+                commit,
+                checkpoint_dir,
+                launch_env,
+                left,
+                state_of_disk,
+                needed,
+                bars,
+                say,
+            )
         after = disk.scan(checkpoint_dir, specs)
         if not after.complete:
             bad = ", ".join(
@@ -380,6 +392,7 @@ def _download(
     checkpoint_dir: Path,
     launch_env: Mapping[str, str],
     left: list[Path],
+    on_disk: disk.DiskState,
     needed: int | None,
     bars: bool,
     say: Say,
@@ -397,6 +410,15 @@ def _download(
     if left:
         freed = disk.remove(left)
         say(f"fetch: removed {len(left)} partial file(s) a killed download left ({human(freed)})")
+    # huggingface_hub keeps a file that is there under its name whatever its size: one that does not match
+    # the metadata goes first (in the hub cache, with the blob it points at), so it is fetched again
+    wrong = [f for f in on_disk.files if f.on_disk is not None and not f.complete]
+    if wrong:
+        disk.remove_files(checkpoint_dir, [f.path for f in wrong])
+        say(
+            f"fetch: removed {len(wrong)} file(s) whose size did not match the hub's: "
+            + ", ".join(f.path for f in wrong[:3])
+        )
     token = f"with {access.token_source}" if access.token_source else "without a token"
     say(
         f"fetch: downloading {human(needed or 0)} of {target.repository}@{remote.commit} into "

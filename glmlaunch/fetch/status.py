@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.resolve import Resolved
 from glmlaunch.errors import GlmlaunchError, WeightsError
 from glmlaunch.fetch import disk
 from glmlaunch.fetch.documented import documented_size
@@ -91,9 +91,16 @@ def _tree_listing(target: CheckpointTarget, commit: str) -> list[tuple[str, int]
     return [(f.path, int(f.size)) for f in files]
 
 
+def profile_argument(resolved: Resolved) -> str:
+    """What to pass ``-p`` to name this profile again: a built-in's name, else its file."""
+    last = resolved.profile_chain[-1] if resolved.profile_chain else None
+    if last is None or last.builtin or last.path is None:
+        return resolved.profile_name
+    return str(last.path)
+
+
 def ensure_weights(
-    config: DeploymentConfig,
-    profile: str,
+    resolved: Resolved,
     *,
     caller_env: Mapping[str, str],
     launch_env: Mapping[str, str],
@@ -106,6 +113,8 @@ def ensure_weights(
     """The weights check of ``serve``: present, unverified or missing; missing with ``fetch_missing``
     fetches them (a real launch) or says it would (a dry run). A real launch raises what stops it; a dry run
     returns it in ``error``."""
+    config = resolved.config
+    profile = profile_argument(resolved)
     try:
         target, _, _ = identity(resolve_target(config, launch_env))
         state, detail = _present(target)
@@ -136,7 +145,9 @@ def ensure_weights(
     error = WeightsError(
         f"the checkpoint is not on disk: {detail}",
         key="model.path",
-        hint=f"fetch it first: glmlaunch fetch -p {profile} (or serve --fetch, as the container does)",
+        hint=f"fetch it first: glmlaunch fetch -p {profile}"
+        + (" with the same --set options" if resolved.overrides else "")
+        + " (or serve --fetch, as the container does)",
     )
     if not dry_run:
         raise error

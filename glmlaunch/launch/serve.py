@@ -492,8 +492,7 @@ def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
         detail = f"{skip}; the weights on disk are not checked either"
         return StageRecord("preflight", "warn", nothing, detail, ran=False, progress="warn")
     weights = ensure_weights(
-        config,
-        prior.get(Resolution).resolved.profile_name,
+        prior.get(Resolution).resolved,
         caller_env=prior.environ,
         launch_env=prior.get(Environment).launch.full,
         fetch_missing=prior.options.fetch,
