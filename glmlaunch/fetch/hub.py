@@ -16,13 +16,14 @@ environment as it was when huggingface_hub was imported). Every hub failure beco
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glmlaunch.errors import DiskSpaceError, WeightsError
+from glmlaunch.errors import DiskSpaceError, GlmlaunchError, WeightsError
 from glmlaunch.fetch.target import CheckpointTarget, HubAccess
 
 LIBRARY = "glmlaunch"
@@ -74,7 +75,7 @@ def _no_token(access: HubAccess) -> str:
     return "set HF_TOKEN to a token that has access" if access.token is None else "HF_TOKEN has no access"
 
 
-def hub_error(exc: BaseException, target: CheckpointTarget, access: HubAccess) -> WeightsError:
+def hub_error(exc: BaseException, target: CheckpointTarget, access: HubAccess) -> GlmlaunchError:
     """A huggingface_hub failure as one line: what, the key it comes from, the hint."""
     import httpx2
     from huggingface_hub.errors import (
@@ -158,14 +159,13 @@ def _api(access: HubAccess) -> Any:
 @contextmanager
 def _quiet_library() -> Iterator[None]:
     """huggingface_hub's own log lines are not glmlaunch's (one error line, notes, warnings): errors only."""
-    from huggingface_hub.utils import logging as hf_logging
-
-    before = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    logger = logging.getLogger("huggingface_hub")
+    before = logger.level
+    logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        hf_logging.set_verbosity(before)
+        logger.setLevel(before)
 
 
 def _hub_failures() -> tuple[type[BaseException], ...]:
@@ -225,10 +225,10 @@ def _bars(show: bool) -> Any:
         return None  # huggingface_hub's own bars, on stderr
     from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
-    class Silent(hf_tqdm):  # type: ignore[misc]  # tqdm is untyped
+    class Silent(hf_tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
+            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     return Silent
 

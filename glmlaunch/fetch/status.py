@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from glmlaunch.config.resolve import Resolved
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import GlmlaunchError, WeightsError
 from glmlaunch.fetch import disk
 from glmlaunch.fetch.documented import documented_size
-from glmlaunch.fetch.payload import FetchedCheckpoint
+from glmlaunch.fetch.payload import FetchedCheckpoint, WeightsPayload
 from glmlaunch.fetch.run import fetch, human, identity
 from glmlaunch.fetch.stamp import read_stamp, read_upstream
 from glmlaunch.fetch.target import CheckpointTarget, resolve_target
@@ -152,3 +153,23 @@ def ensure_weights(
     if not dry_run:
         raise error
     return WeightsStatus("missing", detail, error=error)
+
+
+def find_checkpoint(config: DeploymentConfig, launch_env: Mapping[str, str]) -> FetchedCheckpoint | None:
+    """The profile's checkpoint as it is on disk, stamped complete and verified by size; no hub, no fetch.
+
+    The plan's seam for the weights (:mod:`.payload`): ``find_checkpoint(config, launch_env).payload``
+    prices W from the fetched safetensors payload when nothing better is known."""
+    target, _, _ = identity(resolve_target(config, launch_env))
+    commit = target.resolved_commit()
+    where = target.checkpoint_dir(commit)
+    stamp = read_stamp(target.stamp_path(commit))
+    if where is None or stamp is None or not stamp.complete or target.repository is None:
+        return None
+    specs = [(f.path, f.size) for f in stamp.files]
+    if not disk.scan(where, specs).complete:
+        return None
+    payload = WeightsPayload.read(where, [p for p, _ in specs])
+    return FetchedCheckpoint(
+        target.repository, stamp.revision, stamp.commit, where, stamp.total_bytes, len(specs), payload
+    )

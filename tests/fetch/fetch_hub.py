@@ -58,8 +58,12 @@ class Repo:
 
 @dataclass
 class Throttle:
+    """How slowly a file is sent: ``chunk`` bytes, then ``pause_s``; with ``hold``, after the first chunk the
+    rest waits until the event is set (a download caught mid-file, deterministically)."""
+
     chunk: int
-    pause_s: float
+    pause_s: float = 0.0
+    hold: threading.Event | None = None
 
 
 @dataclass
@@ -263,7 +267,9 @@ class Hub:
                 h.wfile.flush()
                 with self.lock:
                     self.sent[path] = self.sent.get(path, 0) + len(body[i : i + step])
-                if throttle:
+                if throttle and throttle.hold is not None:
+                    throttle.hold.wait(timeout=60)
+                elif throttle:
                     time.sleep(throttle.pause_s)
         except (BrokenPipeError, ConnectionResetError):
             pass

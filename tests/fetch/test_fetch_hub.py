@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,11 @@ import pytest
 from conftest import REPO, glmlaunch_exe
 from fetch_hub import Hub, Repo, Throttle, safetensors_blob
 
+from glmlaunch.config.environment import compose
+from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.units import format_size
+from glmlaunch.fetch.status import find_checkpoint
+from glmlaunch.ledger.weights import payload_figure
 
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "fetch.schema.json").read_text())
 COMMIT = "1f" * 20
@@ -127,6 +132,15 @@ def test_a_fetch_downloads_the_pinned_revision_verifies_and_stamps_it(
     assert doc["payload"]["per_rank"]["origin"] == "estimate"
     assert len(hub.gets()) == len(files)
 
+    # the plan's seam: the checkpoint found on disk (no hub), its payload priced by the ledger's own rule
+    config = resolve_config(str(prof), [], env).config
+    found = find_checkpoint(config, compose(config, env).full)
+    assert found is not None and found.directory == where and found.commit == COMMIT
+    assert found.payload is not None and found.payload.safetensors_bytes == stamp["safetensors_bytes"]
+    figure = found.payload.per_rank(config)
+    assert figure.value == doc["payload"]["per_rank"]["bytes"]
+    assert figure == payload_figure(config, found.payload.safetensors_bytes, 2, str(where))
+
     # a file that changed on disk (its blob, through the snapshot's link) no longer verifies: the next
     # fetch fetches that one back, and only that one
     os.truncate(where / "config.json", 2)
@@ -222,7 +236,8 @@ def test_a_download_killed_mid_file_resumes_without_fetching_the_finished_files_
     big = "model-00003-of-00003.safetensors"
     files[big] = safetensors_blob({"experts": 1_000_000})
     hub.add(Repo("test-org/tiny", COMMIT, files))
-    hub.throttle[big] = Throttle(chunk=16_384, pause_s=0.05)  # ~3 s for the file: caught mid-way
+    held = threading.Event()
+    hub.throttle[big] = Throttle(chunk=16_384, hold=held)  # the first 16 KiB, then it waits: mid-file
     prof = profile(tmp_path, "test-org/tiny")
     proc = subprocess.Popen(
         [*glmlaunch_exe(), "fetch", "-p", str(prof)],
@@ -235,18 +250,16 @@ def test_a_download_killed_mid_file_resumes_without_fetching_the_finished_files_
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         done_small = {r.path.split(f"/{COMMIT}/", 1)[1] for r in hub.gets()} >= set(small)
-        if (
-            done_small
-            and 0 < hub.sent.get(big, 0) < len(files[big]) // 2
-            and all((snapshot(env) / n).is_file() for n in small)
-        ):
+        if done_small and hub.sent.get(big, 0) > 0 and all((snapshot(env) / n).is_file() for n in small):
             break
         time.sleep(0.02)
     else:
         proc.kill()
+        held.set()
         pytest.fail(f"the download never got under way: {proc.communicate()[1]}")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=10)
+    held.set()
     assert proc.returncode == -signal.SIGKILL
     killed_at = hub.sent[big]
     assert 0 < killed_at < len(files[big])

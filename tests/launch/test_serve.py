@@ -544,13 +544,13 @@ def test_compose_and_dockerfile_make_serve_the_entrypoint(fake: Fake) -> None:
 
     exe, record, env = fake
     service = yaml.safe_load((REPO / "scripts" / "compose.yaml").read_text())["services"]["glm52"]
-    assert service["entrypoint"] == ["glmlaunch", "serve"]
+    assert service["entrypoint"] == ["glmlaunch", "serve", "--fetch"]  # under compose's init (tini)
     assert service["ipc"] == "host" and service["init"] is True and service["network_mode"] == "host"
     assert service["shm_size"] == "32gb" and service["ulimits"]["memlock"] == -1
     assert any(v.endswith(":/cache") for v in service["volumes"])
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     dockerfile = (REPO / "scripts" / "Dockerfile.glmlaunch").read_text()
-    assert 'ENTRYPOINT ["glmlaunch", "serve"]' in dockerfile
+    assert 'ENTRYPOINT ["tini", "--", "glmlaunch", "serve", "--fetch"]' in dockerfile
 
     # The compose environment alone (with ${VAR:-default} expanded) drives a real launch.
     compose_env = {
