@@ -161,8 +161,7 @@ def documented_capacities() -> list[dict[str, object]]:
     from glmlaunch.calibrate.apply import model_calibration
     from glmlaunch.calibrate.model import ReleaseOffset
     from glmlaunch.calibrate.rigdefaults import _rig_model
-    from glmlaunch.ledger import build_ledger
-    from glmlaunch.ledger.budget import compute_budget
+    from glmlaunch.plan.plan import make_plan
 
     root = ROOT / "data" / "upstream"
     shipped = _rig_model(None)
@@ -171,7 +170,7 @@ def documented_capacities() -> list[dict[str, object]]:
 
     def tokens(model: object, cfg: object) -> int:
         cal = model_calibration(cfg, model)  # type: ignore[arg-type]
-        return compute_budget(cfg, build_ledger(cfg, calibration=cal), calibration=cal).kv_tokens  # type: ignore[arg-type]
+        return make_plan(cfg, inputs=cal).budget.kv_tokens  # type: ignore[arg-type]
 
     rows: list[dict[str, object]] = []
     for boot in documented_boots(root):

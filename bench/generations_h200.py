@@ -165,8 +165,8 @@ def worker(rank: int, tree: Path, profile: str, out: Path, port: int) -> None:
     )
 
     from glmlaunch.config.resolve import resolve_config
-    from glmlaunch.ledger import build_ledger
     from glmlaunch.ledger.channels import channel_plan
+    from glmlaunch.ledger.inputs import UNCALIBRATED
     from glmlaunch.preflight.backends.sequence import (
         capture_passes,
         covers,
@@ -177,7 +177,9 @@ def worker(rank: int, tree: Path, profile: str, out: Path, port: int) -> None:
 
     sets = ["parallel.tp=2", "parallel.dcp=2", "hardware.num_sms=132"]
     config = resolve_config(profile, sets, environ={}).config
-    ledger = build_ledger(config)
+    from glmlaunch.plan.plan import make_plan
+
+    ledger = make_plan(config, inputs=UNCALIBRATED).ledger
     entries = {e.name: e for e in ledger.rank0.entries}
     names = list(entries)
 

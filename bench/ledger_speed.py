@@ -1,36 +1,41 @@
-"""How many configurations per second ``build_ledger`` + ``compute_budget`` evaluate.
+"""How fast a plan is made, and how long a calibration search takes: the figures that matter now.
 
-Calibration search evaluates thousands of configurations that differ in a few knobs. Three measurements,
-all pure arithmetic (configurations are built before timing; no I/O: the model path is a hub id):
+Nothing in the ledger is memoized across builds (the hand-written memo keys are gone): every plan builds
+its ledger from nothing. A ``calibrate search`` is a bisection that plans at most ``MAX_EVALUATIONS`` (256)
+configurations, and a real one far fewer, so the old target of 10,000 configurations per second is
+retired; what is measured is what a user waits for:
 
-* ``sweep (first pass)``: a grid of distinct configurations (GMU x batched tokens x A2A cap x capture
-  size x single channel x KV dtype), each evaluated once, with the memo caches starting empty; the
-  subsystems that did not change between neighbours are memo hits, as in a real search.
-* ``sweep (second pass)``: the same grid again (everything memoized).
-* ``cold``: the caches cleared before every evaluation: the worst case, nothing shared.
-
-The 864 prebuilt configurations are ~100k live objects that Python's cyclic collector would walk again
-and again while the timed loop allocates; a search builds each configuration and drops it. So the
-configurations are ``gc.freeze()``-d before timing; ``sweep_first_pass_no_freeze`` shows the unfrozen
-number for comparison.
+* ``plan (given inputs)``: ``make_plan(config, inputs=UNCALIBRATED)`` over a grid of distinct variants of
+  the turnkey profile (GMU x batched tokens x A2A cap x capture size x single channel x KV dtype): the
+  ledger, the budget and the verdict, as a search step makes them (no I/O: the model path is a hub id);
+* ``plan (calibrated)``: ``make_plan(config)`` with an empty record store, as ``glmlaunch plan`` on a
+  fresh install: the rig defaults' term model fitted and predicted (its itemization builds the ledger's
+  entries once more), then the plan;
+* ``search``: ``calibrate search`` objectives on the shipped r12-exl3 profile with the rig defaults' term
+  model, as the command runs them: wall time and the number of configurations planned.
 
 Run: ``.venv/bin/python bench/ledger_speed.py`` (add ``--json`` for one JSON line).
 """
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import platform
+import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from glmlaunch.calibrate.learn import learn, target_version
+from glmlaunch.calibrate.store import Store
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.ledger import build_ledger, clear_caches
-from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import UNCALIBRATED
+from glmlaunch.plan.plan import make_plan
+from glmlaunch.plan.search import search
 
 
 def vary(config: DeploymentConfig, section: str, **values: Any) -> DeploymentConfig:
@@ -56,42 +61,55 @@ def grid(base: DeploymentConfig) -> list[DeploymentConfig]:
     return out
 
 
-def rate(configs: list[DeploymentConfig], *, cold: bool) -> float:
+def per_plan_ms(configs: list[DeploymentConfig], **kw: Any) -> float:
     start = time.perf_counter()
     for c in configs:
-        if cold:
-            clear_caches()
-        compute_budget(c, build_ledger(c))
-    return len(configs) / (time.perf_counter() - start)
+        make_plan(c, **kw)
+    return (time.perf_counter() - start) * 1000 / len(configs)
+
+
+def searches(store: Store) -> dict[str, dict[str, float]]:
+    config = resolve_config("r12-exl3", environ={}).config
+    model = learn(config, store.load().records).model
+    out = {}
+    for objective in ("max-batched-tokens", "max-gmu", "min-pool-blocks", "max-kv-bytes"):
+        start = time.perf_counter()
+        result = search(
+            config, objective, model=model, version=target_version(config), calibration_message=""
+        )
+        wall = time.perf_counter() - start
+        planned = len(result.steps) + 1  # every grid value tried, and the profile's own
+        out[objective] = {"wall_ms": round(wall * 1000, 1), "planned": planned}
+    return out
 
 
 def main() -> None:
-    base = resolve_config("turnkey").config
+    base = resolve_config("turnkey", environ={}).config
     configs = grid(base)
-    clear_caches()
-    unfrozen = rate(configs, cold=False)
-    clear_caches()
-    gc.collect()
-    gc.freeze()
-    first = rate(configs, cold=False)
-    second = rate(configs, cold=False)
-    cold = rate(configs[:400], cold=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp))
+        given = [per_plan_ms(configs, inputs=UNCALIBRATED) for _ in range(3)]
+        calibrated = [per_plan_ms(configs[:200], store=store) for _ in range(3)]
+        found = searches(store)
+    plan_ms = statistics.median(given)
     result = {
         "configurations": len(configs),
-        "sweep_first_pass_per_s": round(first),
-        "sweep_first_pass_no_freeze_per_s": round(unfrozen),
-        "sweep_second_pass_per_s": round(second),
-        "cold_per_s": round(cold),
+        "plan_given_inputs_ms": round(plan_ms, 3),
+        "plan_given_inputs_per_s": round(1000 / plan_ms),
+        "plan_calibrated_ms": round(statistics.median(calibrated), 3),
+        "search": found,
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
     if "--json" in sys.argv:
         print(json.dumps(result))
         return
-    print(f"{len(configs)} configurations (turnkey base)")
-    print(f"sweep, first pass : {first:10,.0f} configurations/s ({unfrozen:,.0f}/s without gc.freeze)")
-    print(f"sweep, second pass: {second:10,.0f} configurations/s")
-    print(f"cold (no memo)    : {cold:10,.0f} configurations/s")
+    print(f"{len(configs)} configurations (turnkey base), median of 3 passes")
+    print(f"plan, given inputs : {plan_ms:7.3f} ms each ({1000 / plan_ms:,.0f} plans/s)")
+    calibrated_ms = result["plan_calibrated_ms"]
+    print(f"plan, calibrated   : {calibrated_ms:7.3f} ms each (rig defaults fitted, empty store)")
+    for objective, f in found.items():
+        print(f"search {objective:19}: {f['wall_ms']:7.1f} ms, {f['planned']:.0f} configurations planned")
 
 
 if __name__ == "__main__":

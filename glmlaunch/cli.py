@@ -241,18 +241,9 @@ def check_cmd(
     ] = "serve",
 ) -> None:
     """Check the hardware against a profile: one table, exit 0/3/4/7/8 (README: Exit codes)."""
-    from glmlaunch.calibrate.apply import calibration_for
-    from glmlaunch.hardware import commands as hwcommands
+    from glmlaunch.plan.check import run_check
 
-    hwcommands.run_check(
-        profile,
-        set_ or [],
-        inventory_file=inventory,
-        purpose=purpose,
-        strict=strict,
-        as_json=json_,
-        calibration_lookup=calibration_for,
-    )
+    run_check(profile, set_ or [], inventory_file=inventory, purpose=purpose, strict=strict, as_json=json_)
 
 
 @profiles_app.command(
@@ -329,7 +320,7 @@ def profiles_import_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing --output file")] = False,
 ) -> None:
     """Write a profile that reproduces the configuration a vLLM boot log ran with."""
-    from glmlaunch.calibrate import profile_import
+    from glmlaunch.plan import profile_import
 
     profile_import.run_import(log, output=output, base=base, force=force)
 
@@ -455,7 +446,7 @@ def calibrate_ingest_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Parse boot logs per rank, store a calibration record per boot, print terms and residuals."""
-    from glmlaunch.calibrate import commands as calibrate_commands
+    from glmlaunch.plan import calibrate_commands
 
     calibrate_commands.run_ingest(
         logs, profile, set_ or [], inventory_file=inventory, probe=probe, dry_run=dry_run, as_json=json_
@@ -471,7 +462,7 @@ def calibrate_ingest_cmd(
 )
 def calibrate_list_cmd(json_: JsonOpt = False) -> None:
     """List stored calibration records (corrupt or foreign files are skipped with a warning)."""
-    from glmlaunch.calibrate import commands as calibrate_commands
+    from glmlaunch.plan import calibrate_commands
 
     calibrate_commands.run_list(as_json=json_)
 
@@ -495,7 +486,7 @@ def calibrate_show_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Show one record, or the record the profile would use and why the others do not match."""
-    from glmlaunch.calibrate import commands as calibrate_commands
+    from glmlaunch.plan import calibrate_commands
 
     calibrate_commands.run_show(record, profile, set_ or [], as_json=json_)
 
@@ -547,9 +538,9 @@ def calibrate_search_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Find the largest knob value that keeps every rank's margin; write a calibrated overlay profile."""
-    from glmlaunch.calibrate import commands as calibrate_commands
+    from glmlaunch.plan.search import run_search
 
-    calibrate_commands.run_search(
+    run_search(
         profile,
         set_ or [],
         objective=objective,
@@ -913,10 +904,10 @@ def plan_cmd(
     library: LibraryOpt = "builtin",
 ) -> None:
     """Every allocation per GPU rank, the KV budget and the margin verdict (exit 4 when it fails)."""
-    from glmlaunch.plan.planner import make_plan
+    from glmlaunch.plan.planner import plan_profile
     from glmlaunch.plan.render import render_plan
 
-    result = make_plan(profile, set_ or [], gpu_memory=gpu_memory, library=library)
+    result = plan_profile(profile, set_ or [], gpu_memory=gpu_memory, library=library)
     render_plan(result, as_json=json_, explain=explain, svg=svg)
 
 

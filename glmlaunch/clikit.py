@@ -239,7 +239,7 @@ def complete_shell(incomplete: str) -> list[str]:
 
 
 def complete_objective(incomplete: str) -> list[str]:
-    from glmlaunch.calibrate.search import OBJECTIVES
+    from glmlaunch.plan.search import OBJECTIVES
 
     return [o for o in OBJECTIVES if o.startswith(incomplete)]
 

@@ -60,8 +60,8 @@ def release_offsets(model: Any, documented_root: Any) -> list[dict[str, Any]]:
     from documented_boots import documented_boots, observed_overhead, sized_pool
 
     from glmlaunch.calibrate.apply import model_calibration
-    from glmlaunch.ledger import build_ledger, kv_cache
-    from glmlaunch.ledger.budget import compute_budget
+    from glmlaunch.ledger import kv_cache
+    from glmlaunch.plan.plan import make_plan
 
     groups: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for boot in documented_boots(documented_root):
@@ -69,7 +69,7 @@ def release_offsets(model: Any, documented_root: Any) -> list[dict[str, Any]]:
             continue
         cfg = boot.config
         cal = model_calibration(cfg, model)
-        budget = compute_budget(cfg, build_ledger(cfg, calibration=cal), calibration=cal)
+        budget = make_plan(cfg, inputs=cal).budget
         w = boot.w if boot.w is not None else budget.w
         seen = observed_overhead(boot, w, kv_cache.geometry(cfg).bytes_per_token)
         if seen is None:

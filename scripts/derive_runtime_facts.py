@@ -81,15 +81,12 @@ def plan_cases(
 ) -> list[dict[str, Any]]:
     """Each case planned: its margin (bytes), its demand features and the record's facts."""
     os.environ["GLMLAUNCH_QUIET"] = "1"
-    from glmlaunch.calibrate.apply import calibration_for
     from glmlaunch.calibrate.store import Store
     from glmlaunch.config.resolve import resolve_config
-    from glmlaunch.ledger import clear_caches
     from glmlaunch.ledger.demand import facts
-    from glmlaunch.plan.planner import plan_resolved
+    from glmlaunch.plan.plan import make_plan
 
     facts.reload()
-    clear_caches()
     empty = Store(Path(tempfile.mkdtemp(prefix="glmlaunch-derive-")))
     out = []
     for case in doc["cases"]:
@@ -98,9 +95,7 @@ def plan_cases(
         row = rows[case["id"]]
         resolved = resolve_config(case["profile"], tuple(case["set"]), environ={})
         # the rig defaults, as a plan on a fresh machine uses them: an empty calibration store
-        result = plan_resolved(
-            resolved, calibration=calibration_for(resolved.config, store=empty).calibration
-        )
+        result = make_plan(resolved.config, store=empty)
         free = row.get("free_memory") or {}
         out.append(
             {

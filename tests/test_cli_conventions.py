@@ -150,10 +150,10 @@ _BUG = """
 import sys
 import glmlaunch.plan.planner as planner
 
-def make_plan(*args, **kwargs):
+def plan_profile(*args, **kwargs):
     raise RuntimeError("a bug in the planner")
 
-planner.make_plan = make_plan  # the command imports it when it runs
+planner.plan_profile = plan_profile  # the command imports it when it runs
 from glmlaunch.cli import main
 sys.argv = ["glmlaunch", "plan", "-p", "turnkey"]
 main()

@@ -13,11 +13,10 @@ read by :mod:`glmlaunch.vllmlog` (the stage below: :mod:`~glmlaunch.vllmlog.boot
 * :mod:`~glmlaunch.calibrate.model`, :mod:`~glmlaunch.calibrate.learn`: the term model and its fit from the
   records of one rig shape; :mod:`~glmlaunch.calibrate.rigdefaults`: the rig's defaults
   (``scripts/derive_rig_defaults.py`` re-derives them from the shipped logs).
-* :mod:`~glmlaunch.calibrate.apply`: ``calibration_for`` — the term model as ledger inputs for plan, check,
-  serve and preflight.
-* :mod:`~glmlaunch.calibrate.residuals`: predicted (rig defaults or ledger) against logged, per rank.
-* :mod:`~glmlaunch.calibrate.profile_import`: ``profiles import`` — a profile that reproduces a boot.
-* :mod:`~glmlaunch.calibrate.search`: the best knob value that keeps every rank's margin, with its proof.
-* :mod:`~glmlaunch.calibrate.ingest`, :mod:`~glmlaunch.calibrate.commands`,
-  :mod:`~glmlaunch.calibrate.render`: the functions and tables behind ``glmlaunch calibrate …``.
+* :mod:`~glmlaunch.calibrate.apply`: ``calibration_for`` — the term model as ledger inputs
+  (``glmlaunch.ledger.inputs.LedgerInputs``), which every plan starts from (``glmlaunch.plan.plan``).
+* :mod:`~glmlaunch.calibrate.ingest`, :mod:`~glmlaunch.calibrate.render`: ingesting a boot, and the tables
+  behind ``glmlaunch calibrate …``; the commands themselves, a record's residuals, ``search`` and
+  ``profiles import`` plan, so they are the plan stage's (``glmlaunch.plan.calibrate_commands``,
+  ``.residuals``, ``.search``, ``.profile_import``).
 """

@@ -1,9 +1,9 @@
 """Calibration as ledger inputs: a term model's prediction for a configuration, and what plan/check use.
 
-:func:`calibration_for` is what ``plan``, ``check``, ``serve``, ``preflight`` and ``calibrate search`` call:
-it fits the term model (:mod:`.model`) for the configuration from every stored record of the same rig
-shape, over the rig defaults (:mod:`.rigdefaults`) where they apply, and turns the prediction into a
-:class:`LedgerCalibration`:
+:func:`calibration_for` is what every plan starts from (``glmlaunch.plan.plan.make_plan``, which ``plan``,
+``check``, ``serve``, ``preflight`` and ``watch`` use): it fits the term model (:mod:`.model`) for the
+configuration from every stored record of the same rig shape, over the rig defaults (:mod:`.rigdefaults`)
+where they apply, and turns the prediction into :class:`~glmlaunch.ledger.inputs.LedgerInputs`:
 
 * the residual ledger entries (``weights``, ``activations``, ``runtime.nontorch_profiled``,
   ``cudagraph.pool``, ``runtime.cuda_context`` + ``runtime.nccl``) carry the modelled residual of each term,
@@ -24,45 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from glmlaunch.config import paths
 from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.model import TermModel
     from glmlaunch.calibrate.records import Calibration
     from glmlaunch.calibrate.store import Store
-    from glmlaunch.hardware.inventory import Inventory
+    from glmlaunch.ledger.budget import Budget
     from glmlaunch.ledger.model import Ledger
+    from glmlaunch.vllmlog.events import RuntimeEvent
 
 TOKENS_KEY = "scheduler.max_num_batched_tokens"
-
-
-@dataclass(frozen=True)
-class LedgerCalibration:
-    """Attribute names are the ones ``glmlaunch.ledger`` reads through ``Context.calibrated``."""
-
-    record_id: str
-    weights_bytes: int | None = None
-    activation_bytes: int | None = None
-    nontorch_bytes: int | None = None
-    graph_bytes: int | None = None
-    cuda_context_bytes: int | None = None
-    nccl_bytes: int | None = None
-    kv_bytes_per_token: int | None = None
-    nccl_dcp_bytes: int | None = None
-    notes: tuple[str, ...] = ()
-    # Whole budget terms predicted by a term model (u_pre, p, n, g_e, w): the budget uses them as they are,
-    # because the ledger's itemized entries may overlap the logged peak (a shared workspace arena).
-    term_bytes: tuple[tuple[str, int], ...] = ()
-    explain: tuple[tuple[str, str], ...] = ()
-    origin: str = "calibrated"
-    weights_origin: str | None = None
-    #: the long prefill's demand learned from this configuration's serve logs (a runtime OOM after ready),
-    #: replacing the fitted term (ledger/demand/prefill.py), and how it was learned
-    runtime_prefill_bytes: int | None = None
-    runtime_note: str | None = None
-    #: the modelled terms a record of this release covered at this configuration's own setting (the
-    #: verdict calls only those `record`; the others are fitted on other settings: estimates). None: not
-    #: known (a hand-built calibration), every modelled term counts as recorded
-    covered_terms: tuple[str, ...] | None = None
 
 
 def _with(config: DeploymentConfig, dotted: str, value: Any) -> DeploymentConfig:
@@ -87,7 +59,7 @@ def boot_config(config: DeploymentConfig, record: Calibration) -> DeploymentConf
 
 def model_calibration(
     config: DeploymentConfig, model: TermModel, *, version: str | None = None, record_id: str | None = None
-) -> LedgerCalibration:
+) -> LedgerInputs:
     """A term model's prediction for ``config`` as ledger inputs: residual entries and whole terms."""
     from glmlaunch.ledger.runtime import CUDA_CONTEXT_DEFAULT
 
@@ -104,7 +76,7 @@ def model_calibration(
     rest = r["u_pre"]
     context = min(max(rest, 0), CUDA_CONTEXT_DEFAULT)
     notes.append("T - F0 cannot split the CUDA context from the NCCL communicators: NCCL carries the rest")
-    return LedgerCalibration(
+    return LedgerInputs(
         record_id=record_id or ("rig-defaults" if model.origin == "rig-default" else "term-model"),
         weights_bytes=pred.terms.get("w"),
         activation_bytes=max(0, r["p"]),
@@ -124,11 +96,16 @@ def model_calibration(
 MIB = 1024 * 1024
 
 
+#: (record, event): an OOM or a free-memory reading after ready, in a serve log of the planned configuration
+Evidence = tuple[tuple["Calibration", "RuntimeEvent"], ...]
+
+
 @dataclass(frozen=True)
 class CalibrationUse:
-    """What ``plan`` / ``check`` / ``preflight`` pass to ``build_ledger`` and ``compute_budget``, and say."""
+    """The ledger inputs a plan uses (``glmlaunch.plan.plan.make_plan``), and what to say about them."""
 
-    calibration: LedgerCalibration | None
+    #: UNCALIBRATED when no term model applies (the ledger's defaults)
+    inputs: LedgerInputs
     message: str
     record: Calibration | None
     warnings: tuple[str, ...]
@@ -136,17 +113,16 @@ class CalibrationUse:
     headline: str = ""
     #: every record that does not apply, with the reason ("<id>: another rig shape (…)")
     skipped: tuple[str, ...] = ()
+    #: what this configuration's serve logs proved after ready: the plan raises its demand by it
+    #: (:func:`raise_by_evidence`), since the floor is read against the plan's own margin
+    evidence: Evidence = ()
 
 
-def calibration_for(
-    config: DeploymentConfig, inventory: Inventory | None = None, *, store: Store | None = None
-) -> CalibrationUse:
+def calibration_for(config: DeploymentConfig, *, store: Store | None = None) -> CalibrationUse:
     """The term model for ``config`` (rig defaults corrected by every applicable record) as ledger inputs.
 
-    Use: ``use = calibration_for(config, inventory)``; ``note(use.message)``;
-    ``build_ledger(config, calibration=use.calibration)``; ``compute_budget(…, calibration=use.calibration)``.
     Records of other knobs apply (that is what the model transfers); records of another rig shape are
-    skipped with the reason.
+    skipped with the reason. ``make_plan`` calls it, then applies the runtime evidence it returns.
     """
     from glmlaunch.calibrate.learn import describe_group, learn
     from glmlaunch.calibrate.store import Store as _Store
@@ -162,7 +138,7 @@ def calibration_for(
             headline = message = f"no calibration record applies ({describe_group(config)}); using defaults"
             if learned.skipped:
                 message += ". " + learned.skipped[0]
-        return CalibrationUse(None, message, None, loaded.warnings, headline, skipped)
+        return CalibrationUse(UNCALIBRATED, message, None, loaded.warnings, headline, skipped)
     from glmlaunch.calibrate.learn import target_version
 
     cal = model_calibration(config, learned.model, version=target_version(config))
@@ -185,10 +161,8 @@ def calibration_for(
     cal = replace(
         cal, covered_terms=covered_terms(config, [r for r in loaded.records if r.record_id[:12] in used])
     )
-    cal, runtime_message = with_runtime_evidence(config, cal, loaded.records)
-    if runtime_message:
-        message += f"; {runtime_message}"
-    return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped)
+    evidence = runtime_evidence(config, loaded.records)
+    return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped, evidence)
 
 
 #: what each modelled term depends on besides the rig shape: a record covers a term for a configuration
@@ -225,29 +199,17 @@ def covered_terms(config: DeploymentConfig, records: list[Calibration]) -> tuple
     )
 
 
-def with_runtime_evidence(
-    config: DeploymentConfig, cal: LedgerCalibration, records: tuple[Calibration, ...]
-) -> tuple[LedgerCalibration, str]:
-    """``cal`` with the long prefill's demand raised by this configuration's runtime OOMs, if any.
-
-    A serve log of exactly this configuration (same memory settings) that OOMed after the server was
-    ready proves the demand is at least ``margin - free + tried`` (a free-memory reading while serving:
-    ``margin - free``): the memory the plan says was free
-    after startup, less what was still free at the OOM, plus the allocation that failed. When that is
-    more than the plan's demand, the long prefill's growth term (the fitted one: ledger/demand) takes
-    the difference; the record and the allocation are named. An OOM never lowers the demand.
-    """
+def runtime_evidence(config: DeploymentConfig, records: tuple[Calibration, ...]) -> Evidence:
+    """Every event after ready in a serve log of exactly this configuration (same memory settings)."""
     from glmlaunch.calibrate.fingerprint import memory_settings
     from glmlaunch.calibrate.learn import record_config
-    from glmlaunch.ledger import build_ledger
-    from glmlaunch.ledger.budget import compute_budget
 
     def settings(c: DeploymentConfig) -> dict[str, Any]:
         # a log shows the launcher's environment only where a launcher prints it: env.* never decides
         return {k: v for k, v in memory_settings(c).items() if k != "env" and not k.startswith("env.")}
 
     mine = settings(config)
-    ooms = []
+    ooms: list[tuple[Calibration, RuntimeEvent]] = []
     for r in records:
         if not any(e.after_ready for e in r.boot.runtime_events):
             continue
@@ -256,16 +218,28 @@ def with_runtime_evidence(
             continue
         # an OOM after ready, or a free-memory reading while requests ran (a lower bound: a moment of it)
         ooms += [(r, e) for e in r.boot.runtime_events if e.after_ready]
-    if not ooms:
-        return cal, ""
-    ledger = build_ledger(config, calibration=cal)
-    budget = compute_budget(config, ledger, calibration=cal)
-    record, event = max(ooms, key=lambda x: budget.margin - x[1].free_bytes + (x[1].tried_bytes or 0))
+    return tuple(ooms)
+
+
+def raise_by_evidence(ledger: Ledger, budget: Budget, evidence: Evidence) -> tuple[LedgerInputs, str] | None:
+    """The ledger's inputs with the long prefill's demand raised by the runtime ``evidence``, and what to
+    say; None when the plan's demand already covers it.
+
+    A serve log of exactly this configuration that OOMed after the server was ready proves the demand is
+    at least ``margin - free + tried`` (a free-memory reading while serving: ``margin - free``): the memory
+    the plan (``ledger`` and its ``budget``) says was free after startup, less what was still free at the
+    OOM, plus the allocation that failed. When that is more than the plan's demand, the long prefill's
+    growth term (the fitted one: ledger/demand) takes the difference; the record and the allocation are
+    named. An OOM never lowers the demand.
+    """
+    if not evidence:
+        return None
+    record, event = max(evidence, key=lambda x: budget.margin - x[1].free_bytes + (x[1].tried_bytes or 0))
     floor = budget.margin - event.free_bytes + (event.tried_bytes or 0)
     growth, others = prefill_split(ledger)
     needed = floor - others
     if needed <= growth:
-        return cal, ""
+        return None
     tried = event.tried_bytes or 0
     what = (
         f"OOMed after ready (tried {tried:,} B with {event.free_bytes:,} B free)"
@@ -277,7 +251,7 @@ def with_runtime_evidence(
         f"at least margin {budget.margin:,} - {event.free_bytes:,} + {tried:,} = {floor:,} B; "
         f"demand.prefill_growth takes {needed:,} B (was {growth:,})"
     )
-    return replace(cal, runtime_prefill_bytes=needed, runtime_note=note), (
+    return replace(ledger.inputs, runtime_prefill_bytes=needed, runtime_note=note), (
         f"the runtime demand is raised by record {record.record_id[:12]}'s serve log"
     )
 
@@ -289,16 +263,13 @@ def prefill_split(ledger: Ledger) -> tuple[int, int]:
     return growth, sum(e.device_bytes for e in phase) - growth
 
 
-def with_demand_floor(
-    config: DeploymentConfig, cal: LedgerCalibration | None, floor: int, note: str
-) -> LedgerCalibration | None:
-    """``cal`` with the long prefill's demand raised so the long-prefill phase needs at least ``floor`` bytes
-    (what one OOM or free-memory reading after ready proves, as :func:`with_runtime_evidence` reads them);
-    None when the plan's demand already is that large. ``note`` says where the floor comes from."""
-    from glmlaunch.ledger import build_ledger
-
-    base = cal if cal is not None else LedgerCalibration(record_id="runtime-evidence")
-    growth, others = prefill_split(build_ledger(config, calibration=base))
+def with_demand_floor(ledger: Ledger, floor: int, note: str) -> LedgerInputs | None:
+    """The ledger's inputs with the long prefill's demand raised so the long-prefill phase needs at least
+    ``floor`` bytes (what one OOM or free-memory reading after ready proves, as :func:`raise_by_evidence`
+    reads them); None when the ledger's demand already is that large. ``note`` says where the floor comes
+    from."""
+    base = ledger.inputs if ledger.inputs != UNCALIBRATED else LedgerInputs(record_id="runtime-evidence")
+    growth, others = prefill_split(ledger)
     needed = floor - others
     if needed <= growth:
         return None

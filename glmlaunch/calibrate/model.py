@@ -59,18 +59,6 @@ TERM_DOC: dict[str, str] = {
     "g_e": "G_e (CUDA-graph estimate)",
     "w": "W (weights per rank)",
 }
-# Ledger entries that stand for the residual of a term (everything else is itemized exactly).
-RESIDUAL_ENTRIES: frozenset[str] = frozenset(
-    {
-        "weights",
-        "activations",
-        "runtime.nontorch_profiled",
-        "cudagraph.pool",
-        "runtime.cuda_context",
-        "runtime.nccl",
-        "runtime.nccl_dcp",
-    }
-)
 _RIDGE = 1e-9  # relative: keeps XXᵀ invertible when two records share a feature vector (they are averaged)
 
 
@@ -85,25 +73,10 @@ def features(cfg: DeploymentConfig) -> dict[str, float]:
 
 
 def itemized(cfg: DeploymentConfig) -> dict[str, int]:
-    """The ledger's exactly itemized part of each term for ``cfg`` (residual entries excluded)."""
-    from glmlaunch.ledger import build_ledger
+    """The ledger's exactly itemized part of each term for ``cfg`` (the residual entries left out)."""
+    from glmlaunch.ledger import itemize
 
-    out = dict.fromkeys(TERMS, 0)
-    for e in build_ledger(cfg).rank0.entries:
-        if e.name in RESIDUAL_ENTRIES or e.subsystem == "kv_cache":
-            continue
-        if e.kind == "workspace":
-            # vLLM's workspace arena is grow-only and shared with the forward pass: the real boots' peak is
-            # smaller than the indexer plans alone (0.75 GiB logged vs 1.04 GiB of plans at 3072 rows), so
-            # the plans are not additive to P; the activations residual stands for the whole peak.
-            continue
-        if e.lifetime == "pre-snapshot":
-            out["u_pre"] += e.device_bytes
-        elif e.lifetime == "profiled":
-            out["n" if e.kind in ("ipc", "driver") else "p"] += e.device_bytes
-        elif e.lifetime == "graph-estimated":
-            out["g_e"] += e.device_bytes
-    return out
+    return itemize(cfg)
 
 
 # --- observations --------------------------------------------------------------------------------------

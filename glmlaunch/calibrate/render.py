@@ -8,7 +8,6 @@ from rich.table import Table
 
 from glmlaunch.calibrate.model import FEATURE_DOC, TERM_DOC, TermModel
 from glmlaunch.calibrate.records import NOT_REACHED_KV, TRUNCATED_NOTE, Calibration
-from glmlaunch.calibrate.search import Evaluation, SearchResult, changes
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB, format_size
 
@@ -175,104 +174,6 @@ def supervised_text(record: Calibration) -> str:
         return "ingested"
     status = f" ({sup.exit_status})" if sup.exit_status else ""
     return f"{sup.boot_id}: {sup.outcome}{status}"
-
-
-def search_tables(result: SearchResult) -> list[Table]:
-    """The settings diff, the proof (best and the next step past it), and the predicted memory map at the
-    best; when nothing fits, only the values tried and what blocks them (there is nothing to prove)."""
-    from glmlaunch.calibrate.search import LOWEST
-
-    knob = result.knob
-    tables: list[Table] = []
-    diff = changes(result)
-    if diff:
-        table = Table(title=f"settings diff ({result.objective})", expand=False)
-        for col in ("setting", "profile", "calibrated"):
-            table.add_column(col, no_wrap=True)
-        for key, (old, new) in diff.items():
-            shown_old = knob.show(old) if key == knob.key else ("unset" if old is None else str(old))
-            shown_new = knob.show(new) if key == knob.key else ("unset" if new is None else str(new))
-            table.add_row(key, shown_old, shown_new)
-        tables.append(table)
-
-    lowest = result.objective in LOWEST
-    side = "down" if lowest else "up"
-    rows: list[tuple[str, Evaluation | None]] = [("profile", result.original)]
-    best = result.best
-    if best is None:
-        title = f"no value of {knob.key} fits; the values that came closest, and what blocks them"
-        rows.append((result.bound_label or "closest tried", result.lower_bound))
-    else:
-        shown = knob.show(best.value)
-        if result.next_up is not None:
-            up = knob.show(result.next_up.value)
-            if lowest:
-                title = f"proof: the verdict is ok at {shown}, not at the next step down, {up}"
-            else:
-                title = f"proof: {shown} fits, the next step up, {up}, does not"
-        else:
-            title = f"{shown} fits and is the end of the searched range: there is no step {side} to try"
-        rows += [("best", best), (f"next step {side}", result.next_up)]
-    proof = Table(title=title, expand=False)
-    findings_col = "blocked by; cautions"
-    for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", findings_col):
-        proof.add_column(col, no_wrap=col != findings_col)  # figures whole (output.fit), findings wrap
-    for label, ev in rows:
-        if ev is None:
-            continue
-        # "feasible" is the verdict's ok; a caution (an unconfirmed request fit) is shown, never decisive
-        findings = [*ev.reasons, *(f"caution: {c}" for c in ev.cautions)]
-        proof.add_row(
-            label,
-            knob.show(ev.value),
-            "yes" if ev.feasible else "no",
-            format_size(ev.min_margin),
-            format_size(ev.kv_bytes),
-            format_size(ev.request_bytes),
-            "; ".join(findings) or "—",
-        )
-    if best is not None:
-        proof.caption = f"confidence: {best.verdict.confidence_text()}"
-    tables.append(proof)
-    if best is not None:
-        tables.append(memory_map(best))
-    return tables
-
-
-_MAP_TERMS: tuple[tuple[str, str], ...] = (
-    ("U_oth", "others"),
-    ("U_pre", "pre-snapshot"),
-    ("W", "weights"),
-    ("P", "activation"),
-    ("N", "non-torch"),
-    ("G_e", "graphs"),
-    ("KV", "KV cache"),
-    ("X", "unbudgeted"),
-    ("margin", "margin"),
-)
-
-
-def memory_map(ev: Evaluation, *, width: int = 40) -> Table:
-    """Per rank: every budget term and a proportional bar (one letter per term) of the device."""
-    table = Table(title="predicted memory map per rank (T = device total)", expand=False)
-    table.add_column("rank", no_wrap=True)
-    for key, _ in _MAP_TERMS:
-        table.add_column(key, no_wrap=True, justify="right")
-    table.add_column("map: o U w P n g K x .", no_wrap=True)
-    letters = {"U_oth": "o", "U_pre": "U", "W": "w", "P": "P", "N": "n", "G_e": "g", "KV": "K", "X": "x"}
-    for r in ev.ranks:
-        terms = dict(r.budget.terms)
-        terms["KV"] = ev.kv_bytes
-        terms["margin"] = r.margin
-        total = max(1, terms["T"])
-        # at least one cell per non-zero term, so small pools stay visible next to 83 GiB of weights
-        bar = "".join(
-            letter * max(1 if terms[key] > 0 else 0, round(width * terms[key] / total))
-            for key, letter in letters.items()
-        )
-        bar += "." * max(0, round(width * terms["margin"] / total))
-        table.add_row(r.rank, *(format_size(terms[k]) for k, _ in _MAP_TERMS), bar)
-    return table
 
 
 def model_document(model: TermModel, config: DeploymentConfig, *, version: str | None) -> dict[str, Any]:

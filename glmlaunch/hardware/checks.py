@@ -4,7 +4,9 @@ Input: a :class:`~glmlaunch.config.schema.DeploymentConfig`, an
 :class:`~glmlaunch.hardware.inventory.Inventory`
 (probed or loaded from a file) and a purpose: ``serve`` (the deployment will run here) or
 ``preflight`` (only the memory / communication preflight will run here, e.g. on a non-target GPU).
-Output: a :class:`CheckReport`, one :class:`CheckResult` per check; findings never raise. The report
+Output: one :class:`CheckResult` per check (:func:`hardware_checks`) and the memory facts of the group's
+tightest GPU (:func:`memory_inputs`), which the plan budgets with; ``glmlaunch.plan.check`` adds the memory
+verdict row from that plan and makes the :class:`CheckReport`. Findings never raise. The report
 decides the exit code (README "Exit codes"): any hardware FAIL -> 3, else a memory-verdict FAIL -> 4,
 else warnings with ``strict`` -> 7, else 0.
 
@@ -14,9 +16,7 @@ The checks only look at the TP group: the configured ``parallel.gpus`` or, when 
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,9 +26,6 @@ from glmlaunch.config.schema import DeploymentConfig, Stack
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ExitCode, HardwareError, MarginError, StrictWarningsError
 from glmlaunch.hardware.inventory import Gpu, GpuPair, Inventory
-from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.budget import Budget, compute_budget
-from glmlaunch.ledger.verdict import judge
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 #: ``check --json``'s document version (docs/schemas/check.schema.json).
@@ -589,7 +586,7 @@ def check_bar1(group: GpuGroup) -> CheckResult:
     return _r("bar1", "OK", "BAR1 covers device memory", details)
 
 
-# --- the memory verdict -------------------------------------------------------------------------
+# --- the memory facts the plan budgets with -----------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -617,102 +614,34 @@ def memory_inputs(group: GpuGroup) -> MemoryInputs | None:
     return best
 
 
-BudgetFn = Callable[[DeploymentConfig, MemoryInputs], Budget]
-#: Replaces the memory-verdict row (``serve`` lets its plan stage decide memory).
-MemoryVerdict = Callable[[DeploymentConfig, MemoryInputs], CheckResult]
-
-
-def ledger_budget(
-    config: DeploymentConfig, inputs: MemoryInputs, *, calibration: object | None = None
-) -> Budget:
-    """The ledger's budget (docs/memory-model.md §6) with the real total and the memory others hold."""
-    return compute_budget(
-        config,
-        build_ledger(config, calibration=calibration),
-        total_bytes=inputs.total_bytes,
-        used_by_others=inputs.used_by_others,
-        calibration=calibration,
-    )
-
-
-def check_memory_verdict(
-    config: DeploymentConfig,
-    inputs: MemoryInputs | None,
-    budget: Budget | None,
-    calibration: object | None = None,
-) -> CheckResult:
-    """The row shows the one verdict (glmlaunch.ledger.verdict) that plan, serve and search print too."""
-    if inputs is None or budget is None:
-        return _r("memory_verdict", "SKIP", "NVML did not report memory", fail_code=ExitCode.MARGIN)
-    verdict = judge(config, budget, calibration)
-    details: dict[str, Any] = {
-        "gpu": inputs.gpu,
-        "verdict": verdict.to_json(),
-        "terms": budget.terms,
-        "min_margin": budget.min_margin,
-        "start_gate_ok": budget.start_gate_ok,
-        "kv_tokens": budget.kv_tokens,
-        "request_fits": budget.request_fits,
-        "recommended_kv_cache_memory_bytes": budget.recommended_kv_cache_memory_bytes,
-    }
-    where = f"on GPU {inputs.gpu} (T {_gib(inputs.total_bytes)}, others {_gib(inputs.used_by_others)})"
-    message = f"{verdict.summary()} {where}"
-    if not verdict.ok:
-        return _r("memory_verdict", "FAIL", message, details, fail_code=ExitCode.MARGIN)
-    if budget.cautions:
-        message += "; " + "; ".join(budget.cautions)
-        return _r("memory_verdict", "WARN", message, details, fail_code=ExitCode.MARGIN)
-    return _r("memory_verdict", "OK", message, details, fail_code=ExitCode.MARGIN)
-
-
-def ledger_memory_verdict(config: DeploymentConfig, inputs: MemoryInputs) -> CheckResult:
-    """The verdict row for one set of memory facts, from the ledger's budget."""
-    return check_memory_verdict(config, inputs, ledger_budget(config, inputs))
+def group_memory(config: DeploymentConfig, inv: Inventory) -> MemoryInputs | None:
+    """:func:`memory_inputs` of ``config``'s TP group in ``inv`` (None: NVML reported no memory)."""
+    return memory_inputs(select_group(config, inv))
 
 
 # --- all of them --------------------------------------------------------------------------------
 
 
-def run_checks(
-    config: DeploymentConfig,
-    inv: Inventory,
-    *,
-    purpose: Purpose = "serve",
-    profile: str = "(config)",
-    budget_fn: BudgetFn | None = None,
-    verdict: MemoryVerdict | None = None,
-    calibration: object | None = None,
-) -> CheckReport:
-    """Every check, in a fixed order, on the TP group of ``config`` in ``inv``.
+def hardware_checks(
+    config: DeploymentConfig, inv: Inventory, *, purpose: Purpose = "serve", pre_snapshot_bytes: int = 0
+) -> tuple[CheckResult, ...]:
+    """Every hardware check, in a fixed order, on the TP group of ``config`` in ``inv``.
 
-    ``calibration`` (the term model's ledger inputs) sizes the default budget and tells the memory verdict
-    how well its terms are known; a ``budget_fn`` given instead must budget with the same calibration.
+    ``pre_snapshot_bytes``: what the plan allocates before vLLM's free-memory snapshot (its U_pre), which
+    the start gate of ``free_memory`` adds. The memory verdict row is the plan's
+    (``glmlaunch.plan.check``): it comes last.
     """
     group = select_group(config, inv)
-    inputs = memory_inputs(group)
-    if budget_fn is None:
-        budget_fn = functools.partial(ledger_budget, calibration=calibration)
-    budget = budget_fn(config, inputs) if inputs is not None else None
-    results = (
+    return (
         check_gpu_count(config, inv, group),
         check_gpu_probe(inv, group),
         check_gpu_model(config, group),
         check_compute_capability(config, group, purpose),
         check_driver(config, inv),
         check_memory_total(config, group),
-        check_free_memory(config, group, pre_snapshot_bytes=budget.u_pre if budget is not None else 0),
+        check_free_memory(config, group, pre_snapshot_bytes=pre_snapshot_bytes),
         check_p2p(inv, group),
         check_topology(config, inv, group),
         check_pcie_link(config, group),
         check_bar1(group),
-        verdict(config, inputs)
-        if verdict is not None and inputs is not None
-        else check_memory_verdict(config, inputs, budget, calibration),
-    )
-    return CheckReport(
-        profile=profile,
-        purpose=purpose,
-        inventory=inv.describe(),
-        gpus=group.indices,
-        results=results,
     )

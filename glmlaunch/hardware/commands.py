@@ -1,27 +1,24 @@
-"""Plain functions behind ``glmlaunch hw`` and ``glmlaunch check``, and their tables.
+"""The plain function behind ``glmlaunch hw``, and the tables of ``hw`` and ``check``.
 
-Data (tables, JSON) goes to stdout; notes go to stderr. Neither function imports pynvml itself: the
-inventory comes from ``hardware.get_inventory`` (a saved file, or NVML on the spot).
+``check`` itself is ``glmlaunch.plan.check.run_check``: its memory verdict row is a plan's. Data (tables,
+JSON) goes to stdout; notes go to stderr. Nothing here imports pynvml itself: the inventory comes from
+``hardware.get_inventory`` (a saved file, or NVML on the spot).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 from rich.table import Table
 from rich.text import Text
 
-from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES, GLMLAUNCH_STRICT
-from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.settings import ToolSettings
+from glmlaunch.config.registry import CUDA_VISIBLE_DEVICES
 from glmlaunch.config.units import format_size
-from glmlaunch.errors import ConfigError, ExitCode, NoGpuError
-from glmlaunch.hardware.checks import PURPOSES, CheckReport, CheckResult, run_checks
+from glmlaunch.errors import ExitCode, NoGpuError
+from glmlaunch.hardware.checks import PURPOSES, CheckReport, CheckResult
 from glmlaunch.hardware.inventory import Gpu, Inventory, P2PCaps, save_inventory
 from glmlaunch.hardware.probe import get_inventory
-from glmlaunch.output import fit, note, out_console, out_json, warn
+from glmlaunch.output import fit, note, out_console, out_json
 
 
 def _size(n: int | None) -> str:
@@ -176,68 +173,3 @@ def no_gpu_report(profile: str, purpose: str, exc: NoGpuError) -> CheckReport:
             CheckResult(name="gpu_probe", status="FAIL", message=exc.one_line(), fail_code=ExitCode.NO_GPU),
         ),
     )
-
-
-class CalibrationUse(Protocol):
-    """What a calibration lookup returns (``glmlaunch.calibrate.apply.calibration_for``)."""
-
-    @property
-    def calibration(self) -> object | None: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
-
-
-def run_check(
-    profile: str | None,
-    overrides: Sequence[str],
-    *,
-    inventory_file: Path | None,
-    purpose: str,
-    strict: bool,
-    as_json: bool,
-    calibration_lookup: Callable[[DeploymentConfig, Inventory], CalibrationUse] | None = None,
-) -> CheckReport:
-    """Resolve, load or probe the hardware, run every check, print the table; raise on failure.
-
-    The memory verdict uses the calibration ``calibration_lookup`` finds (the CLI passes the calibrate
-    stage's lookup: the hardware stage sits below calibration, which reads inventories).
-    """
-    from glmlaunch.config.commands import resolve
-
-    if purpose not in PURPOSES:  # typer passes a plain str
-        raise ConfigError("unknown purpose", key="--purpose", value=purpose, allowed=PURPOSES)
-    strict_source = "--strict" if strict else f"{GLMLAUNCH_STRICT}=1"
-    strict = strict or ToolSettings.from_environ().strict
-    resolved = resolve(profile, overrides)
-    try:
-        inv = get_inventory(inventory_file)
-    except NoGpuError as exc:
-        # --json promises one document: the report says what stopped the checks (and exit 8 follows)
-        if as_json:
-            out_json(no_gpu_report(resolved.profile_name, purpose, exc).to_json(strict=strict))
-        raise
-    calibration: object | None = None
-    said = ""
-    if calibration_lookup is not None:
-        use = calibration_lookup(resolved.config, inv)
-        for line in use.warnings:
-            warn(line)
-        said, calibration = use.message, use.calibration
-    report = run_checks(
-        resolved.config, inv, purpose=purpose, profile=resolved.profile_name, calibration=calibration
-    )
-    if said:
-        # the calibration the memory verdict rests on is data of the report (stdout), not a message
-        report = report.model_copy(update={"calibration": said})
-    if as_json:
-        out_json(report.to_json(strict=strict))
-    else:
-        out_console.print(check_table(report))
-    # Each WARN's message is in the table (or the JSON) already: stderr names the rows once, not again.
-    warned = report.warned()
-    if warned and report.exit_code(strict=strict) != ExitCode.WARNINGS:
-        warn(f"{len(warned)} check(s) warned: {', '.join(warned)} (the messages are on stdout)")
-    report.raise_for_status(strict=strict, strict_source=strict_source)
-    return report

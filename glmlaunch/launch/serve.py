@@ -47,7 +47,7 @@ from glmlaunch.errors import (
     PreflightError,
 )
 from glmlaunch.hardware.baseline import GpuMemory, baseline_problems, read_gpu_memory
-from glmlaunch.hardware.checks import CheckReport, MemoryInputs, ledger_budget, run_checks
+from glmlaunch.hardware.checks import CheckReport, group_memory
 from glmlaunch.hardware.inventory import Inventory
 from glmlaunch.launch.handoff import (
     EnvChange,
@@ -60,9 +60,9 @@ from glmlaunch.launch.handoff import (
     register_argv_secrets,
     require_vllm,
 )
-from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.budget import Budget, compute_budget
-from glmlaunch.ledger.verdict import Verdict, judge
+from glmlaunch.ledger.budget import Budget
+from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
+from glmlaunch.ledger.verdict import Verdict
 from glmlaunch.output import (
     is_quiet,
     mask_secrets,
@@ -73,9 +73,10 @@ from glmlaunch.output import (
     shell_quote,
     warn,
 )
+from glmlaunch.plan.check import check_report
+from glmlaunch.plan.plan import Plan, make_plan
 
 if TYPE_CHECKING:
-    from glmlaunch.calibrate.apply import CalibrationUse
     from glmlaunch.preflight.api import PreflightRun
     from glmlaunch.preflight.report import PreflightReport
 
@@ -287,14 +288,14 @@ class Environment:
 class Checked:
     report: CheckReport | None  # None: no GPU to check (a dry run goes on without)
     inventory: Inventory | None
-    #: the memory verdict's budget on the GPUs' real memory (None: no memory was read)
-    budget: Budget | None
+    #: the plan the memory verdict row judged, on the GPUs' real memory (None: no memory was read)
+    plan: Plan | None
 
 
 @dataclass(frozen=True)
 class Planned:
-    verdict: Verdict
-    budget: Budget
+    #: the plan the plan stage judged: on the GPUs' real memory where the check read it
+    plan: Plan
 
 
 @dataclass(frozen=True)
@@ -369,52 +370,29 @@ def environment_step(prior: Prior) -> StageRecord[Environment]:
     )
 
 
-def calibration_step(prior: Prior) -> StageRecord[CalibrationUse]:
-    """Once per launch: the check's memory verdict, the plan stage and the preflight use the same terms."""
-    from glmlaunch.calibrate.apply import calibration_for
-
-    use = calibration_for(prior.get(Resolution).config)
-    messages = (*(Message("warn", line) for line in use.warnings), Message("note", use.message))
-    return StageRecord("calibration", "ok", use, messages=messages, progress=None, shown=False)
-
-
-@dataclass
-class _BudgetMemo:
-    """Keeps the budget the check stage's memory verdict computed, so the plan stage reports that one."""
-
-    budget: Budget | None = None
-    inputs: MemoryInputs | None = None
-    calibration: object | None = None  # the term model's ledger inputs (calibration records / rig defaults)
-
-    def __call__(self, config: DeploymentConfig, inputs: MemoryInputs) -> Budget:
-        self.budget = ledger_budget(config, inputs, calibration=self.calibration)
-        self.inputs = inputs
-        return self.budget
+def calibration_step(prior: Prior) -> StageRecord[Plan]:
+    """Once per launch: the check's memory verdict, the plan stage and the preflight use the same terms
+    (the plan of the profile's figures; the check budgets it again on the GPUs' memory)."""
+    plan = make_plan(prior.get(Resolution).config)
+    messages = (*(Message("warn", line) for line in plan.warnings), Message("note", plan.message))
+    return StageRecord("calibration", "ok", plan, messages=messages, progress=None, shown=False)
 
 
 def check_stage(prior: Prior) -> StageRecord[Checked]:
-    """Hardware checks and the memory verdict on the GPUs vLLM will see (the launch environment's view)."""
-    from glmlaunch.calibrate.apply import CalibrationUse
+    """Hardware checks and the memory verdict on the GPUs vLLM will see (the launch environment's view):
+    the plan budgeted on the memory of the TP group's tightest GPU."""
     from glmlaunch.hardware.probe import get_inventory
 
     resolution = prior.get(Resolution)
     config = resolution.config
-    calibration = prior.get(CalibrationUse).calibration
-    memo = _BudgetMemo(calibration=calibration)
     try:
         inv = get_inventory(prior.options.inventory, environ=prior.get(Environment).launch.full)
     except NoGpuError as exc:
         return StageRecord(
             "check", "error", Checked(None, None, None), "no GPU to check here", exc, ran=False, progress=None
         )
-    report = run_checks(
-        config,
-        inv,
-        purpose="serve",
-        profile=resolution.resolved.profile_name,
-        budget_fn=memo,
-        calibration=calibration,
-    )
+    plan = prior.get(Plan).on_memory(group_memory(config, inv))
+    report = check_report(plan, inv, purpose="serve", profile=resolution.resolved.profile_name)
     counts = report.counts()
     failure: GlmlaunchError | None = None
     try:
@@ -432,27 +410,24 @@ def check_stage(prior: Prior) -> StageRecord[Checked]:
         f"{counts['OK']} OK, {counts['WARN']} WARN, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP"
     )
     status: Status = "error" if failure is not None else ("warn" if counts["WARN"] else "ok")
+    measured = plan if plan.memory is not None else None
     return StageRecord(
-        "check", status, Checked(report, inv, memo.budget), summary, failure, messages=tuple(messages)
+        "check", status, Checked(report, inv, measured), summary, failure, messages=tuple(messages)
     )
 
 
 def plan_budget_stage(prior: Prior) -> StageRecord[Planned]:
-    """The ledger's budget: the one the check computed with real memory, else the profile's figures."""
-    from glmlaunch.calibrate.apply import CalibrationUse
-
-    config = prior.get(Resolution).config
-    cal = prior.get(CalibrationUse).calibration
-    budget, basis = prior.get(Checked).budget, "the GPUs' real memory"
+    """The plan's verdict: the one the check judged on real memory, else the profile's figures."""
+    plan, basis = prior.get(Checked).plan, "the GPUs' real memory"
     messages: tuple[Message, ...] = ()
-    if budget is None:
-        budget = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
+    if plan is None:
+        plan = prior.get(Plan)
         basis = "the profile's hardware.memory_per_gpu (no GPU memory was read)"
         # Without a check stage no memory_verdict row carried the cautions: they are said here, once.
-        messages = tuple(Message("warn", f"plan: {caution}") for caution in budget.cautions)
-    verdict = judge(config, budget, cal)
+        messages = tuple(Message("warn", f"plan: {caution}") for caution in plan.budget.cautions)
+    verdict = plan.verdict
     text = f"verdict {verdict.summary()}; from {basis}"
-    data = Planned(verdict, budget)
+    data = Planned(plan)
     if not verdict.ok:
         error = MarginError(
             f"plan: {verdict.summary()}",
@@ -481,7 +456,6 @@ def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
     """The weights, then the preflight on the real GPUs; a dry run says what stops them here before they
     start. The weights check (glmlaunch.fetch.status) is skipped with the preflight, run by a dry run (it
     is a look at the disk, no hub), and a missing checkpoint is fetched first with ``--fetch``."""
-    from glmlaunch.calibrate.apply import CalibrationUse
     from glmlaunch.fetch.status import ensure_weights
 
     config = prior.get(Resolution).config
@@ -503,7 +477,7 @@ def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
     )
     if skip is None:
         note(weights.line())  # now, not after the preflight: that takes a while
-        record = preflight_on_gpus(config, prior.get(Backend).name, prior.get(CalibrationUse).calibration)
+        record = preflight_on_gpus(config, prior.get(Backend).name, prior.get(Plan).inputs)
         return replace(record, detail=f"{record.detail}; {weights.line()}")
     forecast = preflight_forecast(config, prior.get(Environment).launch.full)
     parts = [skip, weights.line()]
@@ -516,15 +490,13 @@ def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
 
 
 def preflight_on_gpus(
-    config: DeploymentConfig, backend: str, calibration: object | None = None
+    config: DeploymentConfig, backend: str, inputs: LedgerInputs = UNCALIBRATED
 ) -> StageRecord[Preflighted]:
     """Build the pools on the real GPUs and compare with the ledger (glmlaunch.preflight)."""
     from glmlaunch.preflight.api import run_preflight
     from glmlaunch.preflight.report import build_report, failure_error, render_text
 
-    run = run_preflight(
-        config, backend=cast(Any, backend), device="cuda", progress=note, calibration=calibration
-    )
+    run = run_preflight(config, backend=cast(Any, backend), device="cuda", progress=note, inputs=inputs)
     report = build_report(run)
     data = Preflighted(run, report)
     # the report is the stage's progress on stderr: no line of its own
@@ -670,17 +642,30 @@ class ServePlan:
     warnings: tuple[str, ...] = ()
     checks: CheckReport | None = None
     dry_run: bool = False
-    #: the memory verdict of the plan stage (glmlaunch.ledger.verdict)
-    verdict: Verdict | None = None
     mode: LaunchMode = LaunchMode("exec", "default")
-    #: what a supervised launch keeps (the resolved configuration, the budget, the evidence)
-    config: DeploymentConfig | None = None
-    budget: Budget | None = None
-    calibration: str = ""
+    #: the plan the plan stage judged (on the GPUs' real memory where the check read it): what a supervised
+    #: launch keeps (its configuration, budget and calibration) and its watch compares with
+    plan: Plan | None = None
     inventory: Inventory | None = None
     preflight: PreflightReport | None = None
-    #: the calibration's ledger inputs the budget was computed with (the supervised watch plans with them)
-    calibration_inputs: object | None = None
+
+    @property
+    def config(self) -> DeploymentConfig | None:
+        return self.plan.config if self.plan is not None else None
+
+    @property
+    def budget(self) -> Budget | None:
+        return self.plan.budget if self.plan is not None else None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The memory verdict of the plan stage (glmlaunch.ledger.verdict)."""
+        return self.plan.verdict if self.plan is not None else None
+
+    @property
+    def calibration(self) -> str:
+        """Which calibration the plan uses, in words (the skipped records left out)."""
+        return self.plan.headline if self.plan is not None else ""
 
     @property
     def blocking(self) -> tuple[StageRecord[Any], ...]:
@@ -731,15 +716,12 @@ class ServePlan:
 
 def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
     """Run every stage up to the hand-off (:func:`run_stages`) and return what would be executed."""
-    from glmlaunch.calibrate.apply import CalibrationUse
-
     register_secrets(environ)
     register_argv_secrets(options.extra_args)
     prior = run_stages(options, environ)
     resolution = prior.get(Resolution)
     checked = prior.get(Checked)
     planned = prior.get(Planned)
-    use = prior.get(CalibrationUse)
     return ServePlan(
         profile=resolution.resolved.profile_name,
         spec=prior.get(LaunchSpec),
@@ -750,14 +732,10 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         warnings=resolution.warnings,
         checks=checked.report,
         dry_run=options.dry_run,
-        verdict=planned.verdict,
         mode=prior.get(LaunchMode),
-        config=resolution.config,
-        budget=planned.budget,
-        calibration=use.headline or use.message,
+        plan=planned.plan,
         inventory=checked.inventory,
         preflight=prior.get(Preflighted).report,
-        calibration_inputs=use.calibration,
     )
 
 
@@ -823,11 +801,9 @@ def supervise_vllm(
     note(f"supervise: {plan.spec.command_line()}")
     budget = plan.budget
     watch = None
-    if plan.mode.watch and budget is not None and options is not None:
+    if plan.mode.watch and plan.plan is not None and options is not None:
         watch = WatchSetup(
-            budget=budget,
-            calibration=plan.calibration_inputs,
-            verdict=plan.verdict.status if plan.verdict is not None else budget.verdict,
+            plan=plan.plan,
             metrics_host=options.metrics_host,
             metrics_port=options.metrics_port,
             replay=options.watch_replay,

@@ -1,12 +1,16 @@
 """Stage 2 — the memory model: every allocation each GPU rank makes, and vLLM's budget over it.
 
-``build_ledger(config)`` here; ``compute_budget(config, ledger)`` in :mod:`glmlaunch.ledger.budget`.
+``build_ledger(config, inputs)`` here; ``compute_budget(config, ledger)`` in :mod:`glmlaunch.ledger.budget`
+and ``judge(config, ledger, budget)`` in :mod:`glmlaunch.ledger.verdict`. A plan chains the three
+(``glmlaunch.plan.plan.make_plan``); ``inputs`` (:mod:`glmlaunch.ledger.inputs`) are what calibration
+supplies, carried by the ledger so that the budget and the verdict read the same.
 
-``build_ledger(config)`` is pure arithmetic over the typed configuration (plus, when the model directory
-is on disk and no weights figure is given, a cached read of its safetensors headers). One module per
-memory subsystem returns draft entries; this module orders them by creation (lifetime), models their
-device footprint (:mod:`glmlaunch.ledger.footprint`), sizes the KV cache from what is left, and copies
-the result to every TP rank (the ranks are symmetric in these deployments).
+``build_ledger(config, inputs)`` is pure arithmetic over the typed configuration and its inputs (plus,
+when the model directory is on disk and no weights figure is given, a cached read of its safetensors
+headers); nothing is memoized across calls (a plan builds a few ledgers, a search a few hundred). One
+module per memory subsystem returns draft entries; this module orders them by creation (lifetime), models
+their device footprint (:mod:`glmlaunch.ledger.footprint`), sizes the KV cache from what is left, and
+copies the result to every TP rank (the ranks are symmetric in these deployments).
 
 ``library``: ``builtin`` (default: the versioned constants table, no heavy import), ``b12x`` (take
 constants, layouts and the indexer planner from the installed b12x; error if it does not import) or
@@ -41,18 +45,20 @@ from glmlaunch.ledger import (
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.context import Context, Draft, LibraryLayouts, fmt_int
 from glmlaunch.ledger.footprint import PAGE, SMALL_SEGMENT, Packer, align, transient_peak
-from glmlaunch.ledger.model import Entry, Ledger, Origin, RankLedger, RuntimeDemand, Terms
-from glmlaunch.ledger.terms import (
-    TERM_SYMBOLS,
-    budget_terms,
-    cached_terms,
-    gate_bytes,
-    kv_bytes,
-    modelled_terms,
-    term_of,
-)
+from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
+from glmlaunch.ledger.model import Entry, Ledger, Origin, RankLedger, Terms, itemized_sums, term_of
+from glmlaunch.ledger.terms import TERM_SYMBOLS, budget_terms, gate_bytes, kv_bytes, modelled_terms, terms
 
-__all__ = ["LIBRARY_CHOICES", "Entry", "Ledger", "RankLedger", "build_ledger", "clear_caches"]
+__all__ = [
+    "LIBRARY_CHOICES",
+    "UNCALIBRATED",
+    "Entry",
+    "Ledger",
+    "LedgerInputs",
+    "RankLedger",
+    "build_ledger",
+    "itemize",
+]
 
 LIBRARY_CHOICES = ("builtin", "b12x", "auto")
 
@@ -106,6 +112,7 @@ def _entry(d: Draft, device: int) -> Entry:
         d.formula,
         d.origin,
         d.note,
+        d.residual,
     )
 
 
@@ -130,22 +137,23 @@ def _term_sources(itemized: Terms, whole: Terms, modelled: dict[str, int], who: 
     return "; ".join(parts)
 
 
-def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) -> Entry:
+def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) -> tuple[Entry, Terms]:
+    """The KV pool's entry, and the budget terms it was sized with (the budget uses the same)."""
     geo = kv_cache.geometry(config)
-    cal = ctx.calibrated("kv_bytes_per_token")
+    cal = ctx.inputs.kv_bytes_per_token
     per_token = cal if cal is not None else geo.bytes_per_token
     pinned = config.memory.kv_cache_memory_bytes
     total = config.hardware.memory_per_gpu
     # The budget (budget.py) sizes vLLM's KV cache with these same two calls over these same terms, so
     # the entry, --explain kv_cache, diff and the budget line cannot show two figures.
-    itemized = cached_terms(sized)
-    whole = budget_terms(itemized, ctx.calibration)
-    modelled = modelled_terms(ctx.calibration)
+    itemized = terms(sized)
+    whole = budget_terms(itemized, ctx.inputs)
+    modelled = modelled_terms(ctx.inputs)
     natural = kv_bytes(gate_bytes(config.memory.gpu_memory_utilization, total), whole, pinned)
     kv = kv_cache.pool_bytes(config, per_token, natural)
     blocks = config.memory.num_gpu_blocks_override
     r = gate_bytes(config.memory.gpu_memory_utilization, total)
-    rid = getattr(ctx.calibration, "record_id", None)
+    rid = ctx.inputs.record_id
     who = {
         "rig-defaults": "the term model (rig defaults)",
         "term-model": "the term model fitted on the calibration records",
@@ -181,7 +189,7 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) 
     dcp = config.parallel.dcp
     tokens = kv_cache.tokens_for(kv, per_token, dcp)
     need = kv_cache.request_bytes(config, per_token)
-    return Entry(
+    entry = Entry(
         name="kv_cache",
         subsystem="kv_cache",
         requested_bytes=kv,
@@ -200,32 +208,33 @@ def _kv_entry(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) 
             f"needs {fmt_int(need)} B per rank"
         ),
     )
+    return entry, whole
 
 
-_SUBSYSTEMS: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
-    (runtime.entries, runtime.key),
-    (weights.entries, weights.key),
+_SUBSYSTEMS: tuple[Callable[[Context], list[Draft]], ...] = (
+    runtime.entries,
+    weights.entries,
     # a capture pass's handle exchange precedes the channel it sets up (the replay keeps this order)
-    (capture_stream.entries, capture_stream.key),
-    (oneshot.entries, oneshot.key),
-    (dma.entries, dma.key),
-    (dcp_a2a.entries, dcp_a2a.key),
-    (topk_exchange.entries, topk_exchange.key),
-    (indexer.entries, indexer.key),
-    (activations.entries, activations.key),
-    (fold.entries, fold.key),
+    capture_stream.entries,
+    oneshot.entries,
+    dma.entries,
+    dcp_a2a.entries,
+    topk_exchange.entries,
+    indexer.entries,
+    activations.entries,
+    fold.entries,
     # appended last so the packing of the entries above is unchanged by them
-    (exl3.entries, exl3.key),
-    (dcp_prefill.entries, dcp_prefill.key),
-    (lmcache.entries, lmcache.key),
+    exl3.entries,
+    dcp_prefill.entries,
+    lmcache.entries,
 )
 
 
 #: hazards a code path could allocate but the configuration does not charge (listed under ``latent``)
-_LATENT: tuple[tuple[Callable[[Context], list[Draft]], Callable[[Context], tuple[object, ...]]], ...] = (
-    (paged_logits.latent, paged_logits.key),
-    (dcp_prefill.latent, dcp_prefill.key),
-    (topk_exchange.latent, topk_exchange.key),
+_LATENT: tuple[Callable[[Context], list[Draft]], ...] = (
+    paged_logits.latent,
+    dcp_prefill.latent,
+    topk_exchange.latent,
 )
 
 
@@ -237,32 +246,6 @@ def _latent_footprint(d: Draft, expandable: bool) -> int:
     return transient_peak(d.pieces, expandable=expandable)
 
 
-# Calibration searches evaluate thousands of configurations that differ in a few knobs. Each subsystem's
-# drafts are a pure function of the few settings its ``key`` names, so they are memoized on that key; the
-# packing of one ordered draft list is memoized on the list itself. Bounded: cleared when it grows large.
-_MEMO_LIMIT = 20_000
-_DRAFTS: dict[tuple[object, ...], tuple[Draft, ...]] = {}
-
-
-def clear_caches() -> None:
-    """Forget every memoized draft, packing and KV entry (tests use it to compare cold and warm builds)."""
-    _DRAFTS.clear()
-    _BUILT.clear()
-    _KV.clear()
-    _LEDGERS.clear()
-    _RUNTIME.clear()
-
-
-def _drafts(fn: Callable[[Context], list[Draft]], key: tuple[object, ...], ctx: Context) -> tuple[Draft, ...]:
-    full = (fn, *key)
-    hit = _DRAFTS.get(full)
-    if hit is None:
-        if len(_DRAFTS) >= _MEMO_LIMIT:
-            _DRAFTS.clear()
-        hit = _DRAFTS[full] = tuple(fn(ctx))
-    return hit
-
-
 def _pack(drafts: tuple[Draft, ...], expandable: bool) -> tuple[Entry, ...]:
     ordered = sorted(drafts, key=lambda d: _ORDER[d.lifetime])
     # vLLM opens the torch small pool long before any pool is built (init tensors, the sampler), so the
@@ -271,22 +254,22 @@ def _pack(drafts: tuple[Draft, ...], expandable: bool) -> tuple[Entry, ...]:
     return tuple(_entry(d, _footprint(d, packer, expandable)) for d in ordered)
 
 
-_BUILT: dict[tuple[object, ...], tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[str, ...]]] = {}
-_KV: dict[tuple[object, ...], tuple[tuple[Entry, ...], Entry]] = {}
-_LEDGERS: dict[tuple[object, ...], tuple[Entry, Ledger]] = {}
+def _context(config: DeploymentConfig, inputs: LedgerInputs, library: str) -> tuple[Context, str]:
+    k, lib, source = _library(config, library)
+    ctx = Context(config=config, k=k, inputs=inputs, lib=lib, capture_sizes=tuple(config.capture_sizes()))
+    return ctx, source
 
 
-def _assemble(
-    ctx: Context, keys: tuple[tuple[object, ...], ...], expandable: bool
-) -> tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[str, ...]]:
-    drafts: tuple[Draft, ...] = ()
-    for (fn, _key), kk in zip(_SUBSYSTEMS, keys, strict=True):
-        drafts += _drafts(fn, kk, ctx)
-    sized = _pack(drafts, expandable)
-    latent_drafts: tuple[Draft, ...] = ()
-    for fn, key in _LATENT:
-        latent_drafts += _drafts(fn, key(ctx), ctx)
-    latent = tuple(_entry(d, _latent_footprint(d, expandable)) for d in latent_drafts)
+def _expandable(config: DeploymentConfig) -> bool:
+    # allocator_conf's rule without building the string: LMCache forces expandable segments off
+    return config.memory.allocator.expandable_segments and not config.lmcache
+
+
+def _drafts(ctx: Context) -> list[Draft]:
+    return [d for fn in _SUBSYSTEMS for d in fn(ctx)]
+
+
+def _notes(ctx: Context, drafts: list[Draft]) -> tuple[str, ...]:
     config, k = ctx.config, ctx.k
     notes: list[str] = [
         d.note for d in drafts if d.name == "weights" and "differs from the calibrated" in d.note
@@ -318,90 +301,43 @@ def _assemble(
             f"no DCP A2A pool: the {k.stack} pool needs {dcp_sms} visible SMs ({k.dcp_a2a_required_sms} per "
             f"grid x max_concurrent_channels {k.max_concurrent_channels}), hardware.num_sms is {sms}"
         )
-    return sized, latent, tuple(notes)
+    return tuple(notes)
 
 
-def _kv_cached(config: DeploymentConfig, ctx: Context, sized: tuple[Entry, ...]) -> Entry:
-    m = config.memory
-    key = (
-        id(sized),
-        m.gpu_memory_utilization,
-        m.kv_cache_memory_bytes,
-        m.num_gpu_blocks_override,
-        m.kv_cache_dtype,
-        m.kv_scale_mode,
-        config.hardware.memory_per_gpu,
-        config.parallel.dcp,
-        config.scheduler.max_model_len,
-        config.mtp,
-        config.model.geometry,
-        ctx.calibrated("kv_bytes_per_token"),
-        tuple(sorted(modelled_terms(ctx.calibration).items())),
-        getattr(ctx.calibration, "record_id", None),
-    )
-    hit = _KV.get(key)
-    if hit is not None and hit[0] is sized:
-        return hit[1]
-    if len(_KV) >= _MEMO_LIMIT:
-        _KV.clear()
-    entry = _kv_entry(config, ctx, sized)
-    _KV[key] = (sized, entry)
-    return entry
-
-
-_RUNTIME: dict[tuple[object, ...], RuntimeDemand] = {}
-
-
-def _runtime_cached(ctx: Context, key: tuple[object, ...]) -> RuntimeDemand:
-    hit = _RUNTIME.get(key)
-    if hit is None:
-        if len(_RUNTIME) >= _MEMO_LIMIT:
-            _RUNTIME.clear()
-        hit = _RUNTIME[key] = demand.runtime_demand(ctx)
-    return hit
+def itemize(config: DeploymentConfig) -> dict[str, int]:
+    """The exactly itemized part of each modelled term of ``config`` (u_pre, n, p, g_e): what a term model
+    fits its residuals over. Calibration cannot change it (the residual entries are left out), so no
+    inputs are taken; nor is the KV pool or the runtime demand built. Equal to ``Ledger.itemized()`` of any
+    ledger of ``config``."""
+    ctx, _ = _context(config, UNCALIBRATED, "builtin")
+    return itemized_sums(_pack(tuple(_drafts(ctx)), _expandable(config)))
 
 
 def build_ledger(
-    config: DeploymentConfig, *, calibration: object | None = None, library: str = "builtin"
+    config: DeploymentConfig, inputs: LedgerInputs = UNCALIBRATED, *, library: str = "builtin"
 ) -> Ledger:
-    k, lib, source = _library(config, library)
-    ctx = Context(
-        config=config, k=k, calibration=calibration, lib=lib, capture_sizes=tuple(config.capture_sizes())
-    )
-    # allocator_conf's rule without building the string: LMCache forces expandable segments off
-    expandable = config.memory.allocator.expandable_segments and not config.lmcache
-    keys = tuple(key(ctx) for _fn, key in _SUBSYSTEMS)
-    full_key = (expandable, *keys, *(key(ctx) for _fn, key in _LATENT))
-    built = _BUILT.get(full_key)
-    if built is None:
-        if len(_BUILT) >= _MEMO_LIMIT:
-            _BUILT.clear()
-        built = _BUILT[full_key] = _assemble(ctx, keys, expandable)
-    sized, latent, notes = built
-    kv = _kv_cached(config, ctx, sized)
-    gpus = tuple(config.gpu_list)
-    modelled = tuple(sorted(modelled_terms(calibration).items()))
-    demand_key = demand.key(ctx)
-    ledger_key = (full_key, id(kv), gpus, config.parallel.tp, source, modelled, demand_key)
-    hit = _LEDGERS.get(ledger_key)
-    if hit is not None and hit[0] is kv:
-        return hit[1]
+    """Every allocation of every rank of ``config``, with ``inputs`` from calibration (UNCALIBRATED: the
+    ledger's defaults), and the budget terms the KV pool was sized with."""
+    ctx, source = _context(config, inputs, library)
+    expandable = _expandable(config)
+    drafts = _drafts(ctx)
+    sized = _pack(tuple(drafts), expandable)
+    latent = tuple(_entry(d, _latent_footprint(d, expandable)) for fn in _LATENT for d in fn(ctx))
+    kv, base = _kv_entry(config, ctx, sized)
     entries = (*sized, kv)
+    gpus = tuple(config.gpu_list)
     ranks = tuple(
         RankLedger(rank=i, gpu=gpus[i] if i < len(gpus) else i, entries=entries)
         for i in range(config.parallel.tp)
     )
-    ledger = Ledger(
+    return Ledger(
         stack=config.stack,
-        library="b12x" if lib is not None else "builtin",
+        library="b12x" if ctx.lib is not None else "builtin",
         constants_source=source,
         ranks=ranks,
         latent=latent,
-        notes=notes,
-        base_terms=budget_terms(cached_terms(sized), calibration),
-        runtime=_runtime_cached(ctx, demand_key),
+        notes=_notes(ctx, drafts),
+        base_terms=base,
+        runtime=demand.runtime_demand(ctx),
+        inputs=inputs,
     )
-    if len(_LEDGERS) >= _MEMO_LIMIT:
-        _LEDGERS.clear()
-    _LEDGERS[ledger_key] = (kv, ledger)
-    return ledger

@@ -20,10 +20,10 @@ GRAPH_DEFAULT = 512 * MIB
 def entries(ctx: Context) -> list[Draft]:
     cfg = ctx.config
     t = cfg.scheduler.max_num_batched_tokens
-    cal = ctx.calibrated("activation_bytes")
+    cal = ctx.inputs.activation_bytes
     if cal is not None:
         v, o, f = cal, "calibrated", f"calibration.activation_bytes = {fmt_int(cal)}"
-        why = ctx.calibration_note("p")
+        why = ctx.inputs.note_for("p")
         if why:
             f += f"; the whole term: {why}"
     else:
@@ -45,13 +45,14 @@ def entries(ctx: Context) -> list[Draft]:
             formula=f,
             origin=o,  # type: ignore[arg-type]
             alloc="fixed",
+            residual=True,
         )
     ]
     if ctx.capture_sizes:
-        cal = ctx.calibrated("graph_bytes")
+        cal = ctx.inputs.graph_bytes
         if cal is not None:
             v, o, f = cal, "calibrated", f"calibration.graph_bytes = {fmt_int(cal)}"
-            why = ctx.calibration_note("g_e")
+            why = ctx.inputs.note_for("g_e")
             if why:
                 f += f"; the whole term: {why}"
         else:
@@ -72,21 +73,7 @@ def entries(ctx: Context) -> list[Draft]:
                 formula=f,
                 origin=o,  # type: ignore[arg-type]
                 alloc="fixed",
+                residual=True,
             )
         )
     return out
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    return (
-        cfg.scheduler.max_num_batched_tokens,
-        ctx.calibrated("activation_bytes"),
-        ctx.calibrated("graph_bytes"),
-        ctx.calibration_note("p"),
-        ctx.calibration_note("g_e"),
-        ctx.capture_sizes,
-        cfg.cudagraph.mode,
-        cfg.memory.estimate_cudagraphs,
-    )

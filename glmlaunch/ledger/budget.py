@@ -29,7 +29,7 @@ from typing import Literal, NamedTuple
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger import kv_cache
 from glmlaunch.ledger.model import Ledger, Origin, Terms
-from glmlaunch.ledger.terms import budget_terms, gate_bytes, kv_bytes, modelled_terms, terms
+from glmlaunch.ledger.terms import budget_terms, gate_bytes, kv_bytes, terms
 
 MIB = 1024 * 1024
 
@@ -109,55 +109,21 @@ class Budget(NamedTuple):
         }
 
 
-_MEMO: dict[tuple[object, ...], tuple[Ledger, Budget]] = {}
-
-
 def compute_budget(
     config: DeploymentConfig,
     ledger: Ledger,
     *,
     total_bytes: int | None = None,
     used_by_others: int = 0,
-    calibration: object | None = None,
 ) -> Budget:
+    """vLLM's budget over ``ledger`` (built for ``config``, with the inputs it carries), on a device of
+    ``total_bytes`` (default ``hardware.memory_per_gpu``) of which others hold ``used_by_others``."""
     total = config.hardware.memory_per_gpu if total_bytes is None else total_bytes
-    m, s = config.memory, config.scheduler
-    # A calibration search asks for the same (ledger, totals) many times; the ledger object is memoized,
-    # so its identity (kept alive by the memo) stands for its contents.
-    key = (
-        id(ledger),
-        total,
-        used_by_others,
-        _calibrated_per_token(calibration),
-        tuple(sorted(modelled_terms(calibration).items())),
-        m.gpu_memory_utilization,
-        m.kv_cache_memory_bytes,
-        m.num_gpu_blocks_override,
-        m.min_margin,
-        m.min_runtime_margin,
-        m.kv_cache_dtype,
-        config.parallel.dcp,
-        s.max_model_len,
-        config.mtp,
-        config.model.geometry,
+    inputs = ledger.inputs
+    # the terms the ledger sized its KV entry with; a ledger built by hand sums its entries here
+    t: Terms = ledger.base_terms or budget_terms(
+        terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache"), inputs
     )
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is ledger:
-        return hit[1]
-    budget = _compute(config, ledger, total, used_by_others, calibration)
-    if len(_MEMO) >= 20_000:
-        _MEMO.clear()
-    _MEMO[key] = (ledger, budget)
-    return budget
-
-
-def _compute(
-    config: DeploymentConfig, ledger: Ledger, total: int, used_by_others: int, calibration: object | None
-) -> Budget:
-    # The ledger's terms already carry its calibration's whole terms; applying the same function again
-    # is a no-op for that calibration and still honours one given only here (a hand-built ledger).
-    base = ledger.base_terms or terms(e for e in ledger.rank0.entries if e.subsystem != "kv_cache")
-    t: Terms = budget_terms(base, calibration)
     f0 = total - used_by_others - t.u_pre
     gate = gate_bytes(config.memory.gpu_memory_utilization, total)
     pinned = config.memory.kv_cache_memory_bytes
@@ -165,7 +131,7 @@ def _compute(
     geo = kv_cache.geometry(config)
     per_token = geo.bytes_per_token
     origin: Origin = geo.origin
-    cal = _calibrated_per_token(calibration)
+    cal = inputs.kv_bytes_per_token
     if cal is not None:
         per_token, origin = cal, "calibrated"
     natural = kv_bytes(gate, t, pinned)
@@ -189,7 +155,7 @@ def _compute(
     recommended = (f0 - budgeted_rest - t.x - keep) // MIB * MIB
     from glmlaunch.ledger.weights import decide_for
 
-    w_source = decide_for(config, calibration).source
+    w_source = decide_for(config, inputs).source
     # W from the profile, a boot, the documented table or an estimate built on them is good to decide with;
     # so is a formula's KV record size. A search that treated estimates as unknowable would grow
     # max_num_batched_tokens until the KV cache held a few MiB. Only the built-in fallback W is not.
@@ -318,14 +284,3 @@ def _recommend_gmu(f0: int, x: int, total: int, needed_after: int) -> float | No
     while gmu > 0 and f0 - gate_bytes(gmu, total) - x < needed_after:
         gmu = round(gmu - 0.001, 3)
     return gmu if gmu > 0 else None
-
-
-def _calibrated_per_token(calibration: object | None) -> int | None:
-    if calibration is None:
-        return None
-    value = (
-        calibration.get("kv_bytes_per_token")
-        if isinstance(calibration, dict)
-        else getattr(calibration, "kv_bytes_per_token", None)
-    )
-    return int(value) if value is not None else None

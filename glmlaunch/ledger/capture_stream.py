@@ -61,23 +61,3 @@ def entries(ctx: Context) -> list[Draft]:
         for g in plan.groups
         if g.stream
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    c = cfg.comm
-    return (
-        ctx.kid,
-        cfg.parallel.tp,
-        cfg.parallel.dcp,
-        c.pcie_allreduce,
-        c.dcp_a2a,
-        c.single_channel,
-        cfg.runner,
-        cfg.mtp,
-        bool(ctx.capture_sizes),
-        cfg.memory.estimate_cudagraphs,
-        cfg.cudagraph.mode,
-        cfg.hardware.num_sms,
-    )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.constants import StackConstants
+from glmlaunch.ledger.inputs import LedgerInputs
 from glmlaunch.ledger.model import Kind, Lifetime, Origin
 
 Alloc = Literal["ipc", "torch", "transient", "fixed", "absorbed"]
@@ -69,38 +69,19 @@ class Draft(NamedTuple):
     pieces: tuple[int, ...] = ()
     #: torch stream family (footprint.Packer.torch): "" the default stream, else one fresh stream per instance
     stream: str = ""
+    #: the entry stands for the residual of its budget term: what a term model fits over the itemized rest
+    #: (its size comes from the calibration when one is given; Ledger.itemized leaves it out)
+    residual: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
     config: DeploymentConfig
     k: StackConstants
-    calibration: object | None
+    inputs: LedgerInputs
     lib: LibraryLayouts | None
     #: DeploymentConfig.capture_sizes(), computed once per build
     capture_sizes: tuple[int, ...]
-
-    @property
-    def kid(self) -> tuple[str, str]:
-        """Cheap identity of the constants row for memo keys (hashing the whole row is slow)."""
-        return self.k.stack, self.k.source
-
-    def calibration_note(self, term: str) -> str | None:
-        """How a term model arrived at a whole budget term (``w``, ``p``, ``n``, ``g_e``, ``u_pre``)."""
-        explain = getattr(self.calibration, "explain", None) if self.calibration is not None else None
-        if not explain:
-            return None
-        return dict(explain).get(term)
-
-    def calibrated(self, name: str) -> int | None:
-        """A calibrated value by name from an object attribute or a mapping key; None when absent."""
-        cal = self.calibration
-        if cal is None:
-            return None
-        value = cal.get(name) if isinstance(cal, Mapping) else getattr(cal, name, None)
-        if value is None:
-            return None
-        return int(value)
 
 
 def a256(x: int) -> int:

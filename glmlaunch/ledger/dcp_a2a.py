@@ -86,29 +86,3 @@ def entries(ctx: Context) -> list[Draft]:
         # a rolled-back pass's slabs are returned (measured: the V2 profiling rollback gives back -10 MiB)
         if not grp.rolled_back
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    c = cfg.comm
-    g = cfg.model.geometry
-    return (
-        ctx.kid,
-        ctx.lib,
-        cfg.parallel.tp,
-        cfg.parallel.dcp,
-        c.dcp_a2a,
-        c.dcp_a2a_max_tokens,
-        c.single_channel,
-        cfg.scheduler.max_num_batched_tokens,
-        g.num_attention_heads,
-        g.kv_lora_rank,
-        g.qk_rope_head_dim,
-        cfg.runner,
-        cfg.mtp,
-        bool(ctx.capture_sizes),
-        cfg.memory.estimate_cudagraphs,
-        cfg.cudagraph.mode,
-        cfg.hardware.num_sms,
-    )

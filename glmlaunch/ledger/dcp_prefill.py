@@ -96,10 +96,3 @@ def latent(ctx: Context) -> list[Draft]:
             ),
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` and :func:`latent` read (the ledger memoizes on it)."""
-    cfg = ctx.config
-    pol = cfg.dcp_policy
-    return (cfg.parallel.dcp, pol.ckv_gather, pol.ckv_gather_max_tokens, pol.ckv_prefetch_workspace_mib)

@@ -126,20 +126,3 @@ def entries(ctx: Context) -> list[Draft]:
             )
         )
     return out
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    c = cfg.comm
-    return (
-        ctx.kid,
-        ctx.lib,
-        cfg.parallel.tp,
-        c.pcie_allreduce,
-        c.dma_min_bytes,
-        c.dma_wire_mode,
-        cfg.scheduler.max_num_batched_tokens,
-        cfg.model.geometry.hidden_size,
-        cfg.hardware.num_sms,  # the one-shot pool's residency check decides whether vLLM builds the DMA
-    )

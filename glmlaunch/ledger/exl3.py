@@ -117,17 +117,3 @@ def entries(ctx: Context) -> list[Draft]:
             )
         )
     return out
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    return (
-        cfg.is_exl3,
-        cfg.exl3.prefill_capacity,
-        cfg.scheduler.max_num_batched_tokens,
-        cfg.exl3_trellis_max_m,
-        ctx.capture_sizes,
-        cfg.scheduler.max_num_seqs,
-        cfg.mtp,
-    )

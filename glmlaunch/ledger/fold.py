@@ -154,24 +154,3 @@ def entries(ctx: Context) -> list[Draft]:
             note=dec_note,
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    s, i, g = cfg.scheduler, cfg.indexer, cfg.model.geometry
-    return (
-        ctx.kid,
-        ctx.lib,
-        i.sparse_indexer,
-        i.supertile_k,
-        i.fold,
-        i.fold_max_mib,
-        s.max_model_len,
-        s.max_num_batched_tokens,
-        s.max_num_seqs,
-        cfg.mtp,
-        cfg.parallel.dcp,
-        g.index_topk,
-        g.index_topk_pattern,
-    )

@@ -269,27 +269,3 @@ def entries(ctx: Context) -> list[Draft]:
                 )
             )
     return out
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    s, i, g = cfg.scheduler, cfg.indexer, cfg.model.geometry
-    return (
-        ctx.kid,
-        ctx.lib,
-        i.sparse_indexer,
-        i.supertile_k,
-        i.max_logits_mb,
-        i.fused,
-        s.max_model_len,
-        s.max_num_batched_tokens,
-        s.max_num_seqs,
-        ctx.capture_sizes,
-        cfg.mtp,
-        cfg.runner,
-        g.index_n_heads,
-        g.index_topk,
-        cfg.hardware.num_sms,
-        cfg.hardware.compute_capability,
-    )

@@ -32,7 +32,3 @@ def entries(ctx: Context) -> list[Draft]:
             note="allocated after vLLM sized its KV pool: outside the budget, out of the margin",
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    return (ctx.config.lmcache,)

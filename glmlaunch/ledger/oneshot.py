@@ -184,28 +184,3 @@ def entries(ctx: Context) -> list[Draft]:
             )
         )
     return out
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    c = cfg.comm
-    return (
-        ctx.kid,
-        ctx.lib,
-        cfg.parallel.tp,
-        c.pcie_allreduce,
-        c.oneshot_allreduce_max_size,  # both appear in the formula text, not only their max E
-        c.oneshot_fused_max_size,
-        c.oneshot_push,
-        c.oneshot_tp2_remote_push,
-        c.oneshot_tp4_remote_push,
-        c.oneshot_tp8_owner_reduce,
-        c.single_channel,
-        cfg.runner,
-        cfg.mtp,
-        bool(ctx.capture_sizes),
-        cfg.memory.estimate_cudagraphs,
-        cfg.cudagraph.mode,
-        cfg.hardware.num_sms,
-    )

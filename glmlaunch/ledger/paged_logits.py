@@ -38,17 +38,3 @@ def latent(ctx: Context) -> list[Draft]:
             pieces=(n,),
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`latent` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    s = cfg.scheduler
-    return (
-        cfg.indexer.sparse_indexer,
-        s.max_model_len,
-        s.max_num_seqs,
-        ctx.capture_sizes,
-        cfg.mtp,
-        s.max_num_batched_tokens,
-    )

@@ -37,6 +37,7 @@ def _driver_entry(
     *,
     name: str,
     key: str,
+    calibrated: int | None,
     default: int,
     default_formula: str,
     lifetime: str,
@@ -45,10 +46,10 @@ def _driver_entry(
     note: str = "",
 ) -> Draft:
     """One fixed, non-torch allocation: the calibrated value when a record has one, else the default."""
-    cal = ctx.calibrated(key)
+    cal = calibrated
     if cal is not None:
         value, origin, formula = cal, "calibrated", f"calibration.{key} = {fmt_int(cal)}"
-        why = ctx.calibration_note(_TERM_OF.get(key, ""))
+        why = ctx.inputs.note_for(_TERM_OF.get(key, ""))
         if why:
             formula += f"; the whole term: {why}"
     else:
@@ -66,6 +67,7 @@ def _driver_entry(
         origin=origin,  # type: ignore[arg-type]
         alloc="fixed",
         note=note,
+        residual=True,
     )
 
 
@@ -76,6 +78,7 @@ def entries(ctx: Context) -> list[Draft]:
             ctx,
             name="runtime.cuda_context",
             key="cuda_context_bytes",
+            calibrated=ctx.inputs.cuda_context_bytes,
             default=CUDA_CONTEXT_DEFAULT,
             default_formula="651 * 1024 * 1024 (default: docs/memory-model.md §1 on H200, driver 580.159; "
             "the preflight measured 527 MiB on 2x H200, torch 2.11 + CUDA 13.0: the larger is kept)",
@@ -90,6 +93,7 @@ def entries(ctx: Context) -> list[Draft]:
                 ctx,
                 name="runtime.nccl",
                 key="nccl_bytes",
+                calibrated=ctx.inputs.nccl_bytes,
                 default=NCCL_DEFAULT,
                 default_formula="936 * 1024 * 1024 (default: TP communicator measured by the preflight at 2 "
                 "ranks over NVLink, init + first all-reduce + broadcast_object_list; docs/memory-model.md §1 "
@@ -105,6 +109,7 @@ def entries(ctx: Context) -> list[Draft]:
                 ctx,
                 name="runtime.nccl_dcp",
                 key="nccl_dcp_bytes",
+                calibrated=ctx.inputs.nccl_dcp_bytes,
                 default=NCCL_DCP_DEFAULT,
                 default_formula="486 * 1024 * 1024 (default: vLLM's DCP communicator measured by the "
                 "preflight at DCP 2 over NVLink, 509,607,936 B per rank; PCIe and 4 ranks differ: calibrate)",
@@ -119,6 +124,7 @@ def entries(ctx: Context) -> list[Draft]:
             ctx,
             name="runtime.nontorch_profiled",
             key="nontorch_bytes",
+            calibrated=ctx.inputs.nontorch_bytes,
             default=NONTORCH_DEFAULT,
             default_formula="448 * 1024 * 1024 (r14 log: 0.45 GiB non-torch minus the A2A eager channel)",
             lifetime="profiled",
@@ -127,17 +133,3 @@ def entries(ctx: Context) -> list[Draft]:
         )
     )
     return out
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    return (
-        ctx.config.parallel.tp,
-        ctx.config.parallel.dcp,
-        ctx.calibrated("cuda_context_bytes"),
-        ctx.calibrated("nccl_bytes"),
-        ctx.calibrated("nccl_dcp_bytes"),
-        ctx.calibrated("nontorch_bytes"),
-        ctx.calibration_note("u_pre"),
-        ctx.calibration_note("n"),
-    )

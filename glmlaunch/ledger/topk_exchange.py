@@ -116,19 +116,3 @@ def latent(ctx: Context) -> list[Draft]:
             ),
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it)."""
-    cfg = ctx.config
-    p = cfg.dcp_policy
-    return (
-        ctx.kid,
-        ctx.lib,
-        cfg.parallel.dcp,
-        p.query_split,
-        p.topk_owner_merge,
-        cfg.comm.dcp_a2a_max_tokens,
-        cfg.scheduler.max_num_batched_tokens,
-        cfg.model.geometry.index_topk,
-    )

@@ -31,6 +31,8 @@ from typing import Any, Literal
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size
 from glmlaunch.ledger.budget import Budget
+from glmlaunch.ledger.inputs import LedgerInputs
+from glmlaunch.ledger.model import Ledger
 
 Confidence = Literal["confirmed", "rig-defaults", "estimate"]
 #: Where one budget term's figure comes from.
@@ -217,18 +219,15 @@ def _join(items: tuple[str, ...] | list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def term_sources(
-    config: DeploymentConfig, budget: Budget, calibration: object | None
-) -> tuple[tuple[str, Source], ...]:
+def term_sources(budget: Budget, inputs: LedgerInputs) -> tuple[tuple[str, Source], ...]:
     """Where U_pre, W, P, N, G_e and the KV bytes per token of ``budget`` come from."""
-    origin = getattr(calibration, "origin", None) if calibration is not None else None
-    fitted: Source = "record" if origin == "calibrated" else "rig-defaults"
+    fitted: Source = "record" if inputs.origin == "calibrated" else "rig-defaults"
     # Every modelled term is fitted on the same records (calibrate.model: the rig defaults corrected by
     # least squares over every record of this rig shape), so one origin speaks for all of them.
-    modelled = {k for k, _ in (getattr(calibration, "term_bytes", None) or ())}
+    modelled = {k for k, _ in inputs.term_bytes}
     # a record vouches for a term only where a boot of this release ran this setting (apply.covered_terms);
     # fitted across other settings or releases, the term is an estimate
-    covered = getattr(calibration, "covered_terms", None) if calibration is not None else None
+    covered = inputs.covered_terms
     out: list[tuple[str, Source]] = []
     for key, label in _MODELLED:
         source: Source = fitted if key in modelled else "default"
@@ -326,14 +325,15 @@ def deciding_terms(blockers: tuple[Blocker, ...] | list[Blocker]) -> tuple[str, 
     return tuple(t for t in TERMS if t in wanted)
 
 
-def judge(config: DeploymentConfig, budget: Budget, calibration: object | None = None) -> Verdict:
-    """The verdict of ``budget`` (computed for ``config`` with ``calibration``)."""
+def judge(config: DeploymentConfig, ledger: Ledger, budget: Budget) -> Verdict:
+    """The verdict of ``budget``, computed for ``config`` over ``ledger`` (whose inputs say how well each
+    term is known)."""
     blockers = tuple(_blockers(config, budget))
     return Verdict(
         status=budget.verdict,
         budget=budget,
         max_model_len=config.scheduler.max_model_len,
         blockers=blockers,
-        sources=term_sources(config, budget, calibration),
+        sources=term_sources(budget, ledger.inputs),
         deciding=deciding_terms(blockers),
     )

@@ -32,6 +32,7 @@ from typing import Literal, NamedTuple
 from glmlaunch.config.releases import release_number
 from glmlaunch.config.schema import DeploymentConfig, ModelGeometry
 from glmlaunch.ledger.context import Context, Draft, fmt_int
+from glmlaunch.ledger.inputs import LedgerInputs
 
 GIB = 1024**3
 FACTS_FILE = "weights_facts.json"
@@ -423,12 +424,12 @@ def _other_bit_rate(cfg: DeploymentConfig) -> Figure | None:
 
 
 def _calibrated(ctx: Context) -> Figure | None:
-    cal = ctx.calibrated("weights_bytes")
+    cal = ctx.inputs.weights_bytes
     if cal is None:
         return None
-    w_origin = getattr(ctx.calibration, "weights_origin", None) or "calibrated"
-    model_origin = getattr(ctx.calibration, "origin", None)
-    why = ctx.calibration_note("w")
+    w_origin = ctx.inputs.weights_origin or "calibrated"
+    model_origin = ctx.inputs.origin
+    why = ctx.inputs.note_for("w")
     formula = f"calibration.weights_bytes = {fmt_int(cal)}" + (f" ({why})" if why else "")
     if w_origin != "calibrated":
         return Figure(cal, "estimate", formula, "estimate from boots of another setting or release")
@@ -445,30 +446,16 @@ _QUALITY: dict[str, int] = {
 }
 
 
-_DECIDED: dict[tuple[object, ...], Figure] = {}
-
-
-def decide(ctx: Context) -> Figure:
-    """The W of ``ctx``'s configuration and calibration, with its source and formula (memoized)."""
-    k = key(ctx)
-    hit = _DECIDED.get(k)
-    if hit is None:
-        if len(_DECIDED) >= 4096:
-            _DECIDED.clear()
-        hit = _DECIDED[k] = _decide(ctx)
-    return hit
-
-
-def decide_for(config: DeploymentConfig, calibration: object | None) -> Figure:
+def decide_for(config: DeploymentConfig, inputs: LedgerInputs) -> Figure:
     """:func:`decide` without a ledger context (the budget asks where its W came from)."""
     from glmlaunch.ledger.constants import for_stack
 
-    return decide(
-        Context(config=config, k=for_stack(config.stack), calibration=calibration, lib=None, capture_sizes=())
-    )
+    k = for_stack(config.stack)
+    return decide(Context(config=config, k=k, inputs=inputs, lib=None, capture_sizes=()))
 
 
-def _decide(ctx: Context) -> Figure:
+def decide(ctx: Context) -> Figure:
+    """The W of ``ctx``'s configuration and calibration, with its source and formula."""
     cfg = ctx.config
     explicit = cfg.model.weights_per_rank
     cal = _calibrated(ctx)
@@ -521,24 +508,6 @@ def entries(ctx: Context) -> list[Draft]:
             origin=fig.origin,
             alloc="fixed",
             note=fig.note,
+            residual=True,
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`entries` reads (the ledger memoizes on it; a model directory is read once)."""
-    cfg = ctx.config
-    return (
-        cfg.parallel.tp,
-        cfg.model.path,
-        cfg.model.revision,
-        cfg.model.online_quant,
-        cfg.mtp > 0,
-        cfg.release_effective,
-        cfg.model.geometry,
-        cfg.model.weights_per_rank,
-        ctx.calibrated("weights_bytes"),
-        ctx.calibration_note("w"),
-        getattr(ctx.calibration, "weights_origin", None),
-        getattr(ctx.calibration, "origin", None),
-    )

@@ -23,8 +23,9 @@ from glmlaunch.ledger import dma, indexer
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.context import Context
 from glmlaunch.ledger.footprint import Packer
+from glmlaunch.ledger.inputs import UNCALIBRATED
 from glmlaunch.ledger.model import Entry, Ledger
-from glmlaunch.plan.planner import PlanResult, make_plan
+from glmlaunch.plan.planner import ProfilePlan, plan_profile
 
 MIB = 1024 * 1024
 RANK_DATA_FIX_BYTES = 1 * MIB
@@ -150,8 +151,8 @@ def audit_ledger(config: DeploymentConfig, ledger: Ledger) -> Audit:
     return Audit(tuple(found), tuple(skipped))
 
 
-def run_audit(profile: str | None, overrides: Sequence[str] = ()) -> tuple[PlanResult, Audit]:
-    result = make_plan(profile, overrides)
+def run_audit(profile: str | None, overrides: Sequence[str] = ()) -> tuple[ProfilePlan, Audit]:
+    result = plan_profile(profile, overrides)
     return result, audit_ledger(result.config, result.ledger)
 
 
@@ -347,7 +348,7 @@ def _fp32_tile_logits(a: Audited) -> Found | str:
     arena = a.ledger.entry("indexer.prefill.lane0")
     if arena is None or arena.device_bytes <= 0:
         return "sparse indexer off"
-    pre, _dec = indexer.plans(Context(a.config, a.k, None, None, tuple(a.capture_sizes)))
+    pre, _dec = indexer.plans(Context(a.config, a.k, UNCALIBRATED, None, tuple(a.capture_sizes)))
     half = dict(pre.regions)["tile_logits"] // 2
     step = 20 * MIB if a.expandable else 2 * MIB
     return Found(

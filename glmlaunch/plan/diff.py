@@ -13,7 +13,7 @@ from typing import Any
 
 from glmlaunch.config import paths
 from glmlaunch.errors import ConfigError
-from glmlaunch.plan.planner import PlanResult, make_plan
+from glmlaunch.plan.planner import ProfilePlan, plan_profile
 
 SCHEMA_VERSION = 1
 
@@ -44,14 +44,14 @@ class EntryDelta:
 
 @dataclass(frozen=True, slots=True)
 class Diff:
-    left: PlanResult
-    right: PlanResult
+    left: ProfilePlan
+    right: ProfilePlan
     settings: tuple[SettingDelta, ...]
     entries: tuple[EntryDelta, ...]
     budget: tuple[tuple[str, int, int], ...]  # (term, left, right)
 
 
-def diff_plans(left: PlanResult, right: PlanResult) -> Diff:
+def diff_plans(left: ProfilePlan, right: ProfilePlan) -> Diff:
     lf = dict(paths.flatten(left.config.model_dump(mode="json")))
     rf = dict(paths.flatten(right.config.model_dump(mode="json")))
     settings = tuple(
@@ -94,8 +94,8 @@ def run_diff(
     from glmlaunch.output import note
 
     said: list[str] = []
-    left = make_plan(a, (), gpu_memory=gpu_memory, library=library, messages=said)
-    right = make_plan(
+    left = plan_profile(a, (), gpu_memory=gpu_memory, library=library, messages=said)
+    right = plan_profile(
         b if b is not None else a, overrides, gpu_memory=gpu_memory, library=library, messages=said
     )
     # Both sides usually share the calibration message: say it once, or once per side when they differ.

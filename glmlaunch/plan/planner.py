@@ -1,4 +1,4 @@
-"""``glmlaunch plan``: resolve a profile, build the ledger, compute the budget, and the JSON document.
+"""``glmlaunch plan``: resolve a profile, plan it (:mod:`.plan`), and the JSON document.
 
 The ``--json`` document is versioned (:data:`SCHEMA_VERSION`) and described by the pydantic models
 below; ``docs/plan-schema-v1.json`` is their JSON Schema, and a test keeps the two identical. Adding a
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,36 +20,47 @@ from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import parse_size_option
 from glmlaunch.errors import ConfigError
-from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
-from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.model import PHASES, Entry, Ledger, RuntimeDemand
-from glmlaunch.ledger.verdict import Verdict, judge
+from glmlaunch.ledger.verdict import Verdict
+from glmlaunch.plan.plan import Plan, make_plan
 
 SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
-class PlanResult:
+class ProfilePlan:
+    """The plan of a resolved profile, with the names its outputs give it."""
+
     resolved: Resolved
-    ledger: Ledger
-    budget: Budget
-    calibration: object | None = None
-    # Which calibration the figures use, in words: part of the plan's header (stdout), not a message,
-    # so a shipped profile's plan says nothing about itself on stderr.
-    calibration_message: str = ""
+    plan: Plan
     # `--gpu-memory` as given (None: the profile's hardware.memory_per_gpu), for the headers that name
     # the configuration a plan is about.
     gpu_memory: str | None = None
 
     @property
     def config(self) -> DeploymentConfig:
-        return self.resolved.config
+        return self.plan.config
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.plan.ledger
+
+    @property
+    def budget(self) -> Budget:
+        return self.plan.budget
 
     @property
     def verdict(self) -> Verdict:
         """The one verdict (status, blockers, confidence) every output of this plan renders."""
-        return judge(self.config, self.budget, self.calibration)
+        return self.plan.verdict
+
+    @property
+    def calibration_message(self) -> str:
+        # Which calibration the figures use, in words: part of the plan's header (stdout), not a message,
+        # so a shipped profile's plan says nothing about itself on stderr.
+        return self.plan.message
 
 
 def parse_gpu_memory(value: str | None) -> int | None:
@@ -59,82 +70,56 @@ def parse_gpu_memory(value: str | None) -> int | None:
     return parse_size_option(value, key="--gpu-memory", what="a device total", minimum=1)
 
 
-def check_library(library: str) -> str:
-    if library not in LIBRARY_CHOICES:
-        raise ConfigError("unknown library source", key="--library", value=library, allowed=LIBRARY_CHOICES)
-    return library
-
-
-def plan_resolved(
-    resolved: Resolved,
-    *,
-    gpu_memory: int | None = None,
-    library: str = "builtin",
-    calibration: object | None = None,
-) -> PlanResult:
-    config = resolved.config
-    if gpu_memory is not None:
-        # The KV entry is sized against T, so the ledger sees the same total as the budget.
-        config = config.model_copy(
-            update={"hardware": config.hardware.model_copy(update={"memory_per_gpu": gpu_memory})}
-        )
-        resolved = Resolved(
-            config=config,
-            provenance=resolved.provenance,
-            warnings=resolved.warnings,
-            profile_chain=resolved.profile_chain,
-            overrides=resolved.overrides,
-        )
-    ledger = build_ledger(config, calibration=calibration, library=check_library(library))
-    budget = compute_budget(config, ledger, calibration=calibration)
-    return PlanResult(resolved, ledger, budget, calibration)
-
-
-def make_plan(
+def plan_profile(
     profile: str | None,
     overrides: Sequence[str] = (),
     *,
     gpu_memory: str | None = None,
     library: str = "builtin",
     messages: list[str] | None = None,
-) -> PlanResult:
-    """Resolve and plan. The calibration message is kept in the result (``calibration_message``: the plan
-    shows it in its header), and appended to ``messages`` when given (``diff`` plans twice and says a
-    message both sides share once)."""
-    from glmlaunch.calibrate.apply import calibration_for
+) -> ProfilePlan:
+    """Resolve and plan. The calibration message is kept in the plan (the plan shows it in its header),
+    and appended to ``messages`` when given (``diff`` plans twice and says a message both sides share
+    once)."""
     from glmlaunch.config.commands import resolve
     from glmlaunch.output import warn
 
     # The one resolve every command uses: the configuration's warnings are said here too (issue 22)
     resolved = resolve(profile, overrides)
-    use = calibration_for(resolved.config)
-    for line in use.warnings:
+    total = parse_gpu_memory(gpu_memory)
+    plan = make_plan(resolved.config, device_total=total, library=library)
+    for line in plan.warnings:
         warn(line)
     if messages is not None:
-        messages.append(use.message)
-    result = plan_resolved(
-        resolved, gpu_memory=parse_gpu_memory(gpu_memory), library=library, calibration=use.calibration
-    )
-    return replace(result, calibration_message=use.message, gpu_memory=gpu_memory)
+        messages.append(plan.message)
+    if total is not None:
+        resolved = Resolved(
+            config=plan.config,
+            provenance=resolved.provenance,
+            warnings=resolved.warnings,
+            profile_chain=resolved.profile_chain,
+            overrides=resolved.overrides,
+        )
+    return ProfilePlan(resolved, plan, gpu_memory)
 
 
 #: ``--explain`` names for the budget terms (the term model's account of each), besides ledger entries.
 TERM_NAMES: dict[str, str] = {"W": "w", "P": "p", "N": "n", "G_E": "g_e", "T-F0": "u_pre", "U_PRE": "u_pre"}
 
 
-def explain_terms(result: PlanResult, name: str) -> list[str] | None:
+def explain_terms(result: ProfilePlan, name: str) -> list[str] | None:
     """The term model's explanation of one budget term (or of all, for ``terms``); None when not a term."""
     key = name.upper()
     if key != "TERMS" and key not in TERM_NAMES:
         return None
-    explain = dict(getattr(result.calibration, "explain", None) or ())
+    explain = dict(result.plan.inputs.explain)
     if not explain:
         return [f"{name}: no calibration record or rig defaults apply; the ledger's defaults stand (entries)"]
     wanted = list(dict.fromkeys(TERM_NAMES.values())) if key == "TERMS" else [TERM_NAMES[key]]
     return [explain[t] for t in wanted if t in explain] or [f"{name}: the term model does not know it"]
 
 
-def find_entry(result: PlanResult, name: str) -> Entry:
+def find_entry(result: ProfilePlan, name: str) -> Entry:
     entries = {
         e.name: e
         for e in (
@@ -487,7 +472,7 @@ def runtime_doc(demand: RuntimeDemand) -> RuntimeDoc:
     )
 
 
-def plan_document(result: PlanResult) -> PlanDoc:
+def plan_document(result: ProfilePlan) -> PlanDoc:
     ledger, budget = result.ledger, result.budget
     ranks = [
         RankDoc(

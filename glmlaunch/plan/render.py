@@ -22,7 +22,7 @@ from glmlaunch.ledger.constants import for_stack
 from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger, RuntimeDemand
 from glmlaunch.output import fit, mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
-from glmlaunch.plan.planner import PlanResult, entry_doc, find_entry, generation_line, plan_document
+from glmlaunch.plan.planner import ProfilePlan, entry_doc, find_entry, generation_line, plan_document
 
 if TYPE_CHECKING:
     # audit and diff are imported by their own commands; `plan` does not load them
@@ -225,7 +225,7 @@ def _map_width(width: int | None) -> int:
     return 72 if width is None else max(10, min(72, width - 12))
 
 
-def svg_verdict(result: PlanResult) -> memmap.SvgVerdict:
+def svg_verdict(result: ProfilePlan) -> memmap.SvgVerdict:
     """The verdict as the SVG map shows it: status and margin as the headline, the rest in small print."""
     v = result.verdict
     b = result.budget
@@ -245,7 +245,7 @@ def svg_verdict(result: PlanResult) -> memmap.SvgVerdict:
     return memmap.SvgVerdict(v.status, headline, details, findings)
 
 
-def verdict_text(result: PlanResult) -> Text:
+def verdict_text(result: ProfilePlan) -> Text:
     # Rendered from the one verdict object (glmlaunch.ledger.verdict), as check, serve and search do.
     v = result.verdict
     b = v.budget
@@ -281,7 +281,7 @@ def explain_text(e: Entry) -> str:
 
 
 def render_plan(
-    result: PlanResult, *, as_json: bool, explain: str | None = None, svg: Path | None = None
+    result: ProfilePlan, *, as_json: bool, explain: str | None = None, svg: Path | None = None
 ) -> None:
     ledger, budget = result.ledger, result.budget
     label = config_label(result.resolved)
@@ -343,7 +343,7 @@ def render_plan(
         raise MarginError(f"plan verdict {result.verdict.summary()}")
 
 
-def render_audit(result: PlanResult, audit: Audit, *, as_json: bool) -> None:
+def render_audit(result: ProfilePlan, audit: Audit, *, as_json: bool) -> None:
     if as_json:
         out_json(
             {

@@ -22,7 +22,9 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, HardwareError, NoGpuError
 from glmlaunch.ledger.channels import stream_family
 from glmlaunch.ledger.constants import for_stack
+from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
 from glmlaunch.ledger.model import Ledger
+from glmlaunch.plan.plan import Plan, make_plan
 from glmlaunch.preflight.launcher import LaunchOutcome, LaunchRequest, launch
 from glmlaunch.preflight.types import (
     DEFAULT_PHASE_LIMITS,
@@ -56,8 +58,9 @@ class GpuSnapshot:
 
 @dataclass(frozen=True)
 class PreflightRun:
-    config: DeploymentConfig
-    ledger: Ledger
+    #: what the workers built and are compared with: the plan of the configuration, its ledger from the
+    #: library the backend runs (b12x's layouts for the b12x backend)
+    plan: Plan
     backend: BackendDecision
     device_mode: DeviceMode
     outcome: LaunchOutcome
@@ -66,8 +69,14 @@ class PreflightRun:
     driver: str | None
     leaks: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
-    # A matching calibration record (calibrate.apply.LedgerCalibration) replaces the ledger's defaults.
-    calibration: object | None = None
+
+    @property
+    def config(self) -> DeploymentConfig:
+        return self.plan.config
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.plan.ledger
 
 
 def parse_timeouts(items: list[str]) -> dict[str, float]:
@@ -176,9 +185,10 @@ def run_preflight(
     limits: Mapping[str, float] | None = None,
     fault: FaultSpec | None = None,
     progress: Callable[[str], None] | None = None,
-    build_ledger: Callable[[DeploymentConfig], Ledger] | None = None,
-    calibration: object | None = None,
+    inputs: LedgerInputs = UNCALIBRATED,
 ) -> PreflightRun:
+    """Run the workers for ``config``, planned with ``inputs`` (the calibration a plan found: a matching
+    record or the rig defaults replace the ledger's defaults)."""
     if importlib.util.find_spec("torch") is None:
         # Said before any worker starts: otherwise every rank dies in its imports and the report calls a
         # missing dependency a worker failure.
@@ -209,18 +219,14 @@ def run_preflight(
             )
     decision = choose_backend(backend, config, device, capability)
     notes: list[str] = []
-    if build_ledger is not None:
-        ledger = build_ledger(config)
-    else:
-        from glmlaunch.ledger import build_ledger as ledger_for
-
-        # The b12x backend sizes the indexer arenas with b12x's own planner (plan_indexer_scratch, run on
-        # the CPU in this process), through the ledger's bridge to the installed library.
-        library = "b12x" if decision.name == "b12x" else "builtin"
-        ledger = ledger_for(config, library=library, calibration=calibration)
-        if library == "b12x":
-            notes.append("predictions, and the indexer arenas the workers allocate, come from the installed "
-                         "b12x (constants, layouts, plan_indexer_scratch)")
+    # The b12x backend sizes the indexer arenas with b12x's own planner (plan_indexer_scratch, run on the
+    # CPU in this process), through the ledger's bridge to the installed library.
+    library = "b12x" if decision.name == "b12x" else "builtin"
+    plan = make_plan(config, inputs=inputs, library=library)
+    ledger = plan.ledger
+    if library == "b12x":
+        notes.append("predictions, and the indexer arenas the workers allocate, come from the installed "
+                     "b12x (constants, layouts, plan_indexer_scratch)")
     request = LaunchRequest(
         world_size=world,
         device_mode=device,
@@ -243,8 +249,7 @@ def run_preflight(
     for pid in outcome.survivors:
         leaks.append(f"worker process group {pid} is still alive after teardown")
     return PreflightRun(
-        config=config,
-        ledger=ledger,
+        plan=plan,
         backend=decision,
         device_mode=device,
         outcome=outcome,
@@ -253,7 +258,6 @@ def run_preflight(
         driver=driver,
         leaks=tuple(leaks),
         notes=tuple(notes),
-        calibration=calibration,
     )
 
 

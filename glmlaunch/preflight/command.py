@@ -39,15 +39,15 @@ def preflight(
     except ValueError as exc:
         raise ConfigError(str(exc), key="--inject-fault") from None
     config = resolve(profile, overrides).config
-    from glmlaunch.calibrate.apply import calibration_for
+    from glmlaunch.plan.plan import make_plan
 
-    use = calibration_for(config)
-    for line in use.warnings:
+    plan = make_plan(config)
+    for line in plan.warnings:
         warn(line)
-    note(use.message)
+    note(plan.message)
     run = run_preflight(
         config,
-        calibration=use.calibration,
+        inputs=plan.inputs,
         backend=cast(BackendChoice, backend),
         device=cast(DeviceMode, device),
         limits=parse_timeouts(list(timeouts)),

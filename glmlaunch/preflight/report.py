@@ -222,9 +222,7 @@ def _margin(run: PreflightRun, ranks: list[RankSummary]) -> dict[str, Any]:
     except ImportError:
         out["status"] = "budget model unavailable (glmlaunch.ledger.budget missing)"
         return out
-    budget = budget_mod.compute_budget(
-        cfg, run.ledger, total_bytes=total, used_by_others=0, calibration=run.calibration
-    )
+    budget = budget_mod.compute_budget(cfg, run.ledger, total_bytes=total, used_by_others=0)
     out["budget"] = _jsonable(budget)
     margin = getattr(budget, "margin", None)
     predicted_f0 = getattr(budget, "f0", None)

@@ -10,7 +10,7 @@ the stream parser hands over the ready line and every OOM line.
 At vLLM's exit it is stopped; its summary goes into ``outcome.json`` (``watch``) and ``watch.json``, its
 readings into ``watch.log`` (``GPU N: X MiB free``), and its runtime events (each rank's lowest free memory
 after ready, the OOMs after ready) into the boot's calibration record, so the next plan of this
-configuration learns the runtime peak (:func:`glmlaunch.calibrate.apply.with_runtime_evidence`).
+configuration learns the runtime peak (:func:`glmlaunch.calibrate.apply.raise_by_evidence`).
 
 Nothing here may touch vLLM: a watch that cannot start (no NVML, fewer GPUs than ranks) is a note, a
 failure while it runs a warning, and neither changes how glmlaunch ends.
@@ -30,7 +30,7 @@ from glmlaunch.output import debug_enabled, note, warn
 
 if TYPE_CHECKING:
     from glmlaunch.config.schema import DeploymentConfig
-    from glmlaunch.ledger.budget import Budget
+    from glmlaunch.plan.plan import Plan
     from glmlaunch.vllmlog.events import RuntimeEvent
     from glmlaunch.watch.follow import QueueLines
     from glmlaunch.watch.metrics import MetricsServer
@@ -44,9 +44,7 @@ JOIN_S = 5.0
 class WatchSetup:
     """What ``serve`` hands over for the watch: the plan it judged, and the endpoint options."""
 
-    budget: Budget
-    calibration: object | None
-    verdict: str
+    plan: Plan
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     #: a recorded trace to replay instead of live NVML (the tests'; it brings its own log lines)
@@ -104,8 +102,6 @@ def start(
     """The watch thread, started; None (said as a note) when it cannot watch here."""
     import socket
 
-    from glmlaunch.ledger import build_ledger
-    from glmlaunch.watch.expect import PlanContext
     from glmlaunch.watch.follow import QueueLines
     from glmlaunch.watch.metrics import MetricsServer
     from glmlaunch.watch.ranks import map_ranks
@@ -134,19 +130,12 @@ def start(
     except GlmlaunchError as exc:
         note(f"supervise: no watch: {exc.one_line()}")
         return None
-    plan = PlanContext(
-        profile,
-        config,
-        setup.calibration,
-        build_ledger(config, calibration=setup.calibration),
-        setup.budget,
-        setup.verdict,
-    )
     readings = boot_dir / "watch.log"
     watcher = Watcher(
-        plan,
+        setup.plan,
         source,
         ranks,
+        profile=profile,
         options=Options(interval_s=setup.interval_s, strict_ready=True, readings=readings),
         lines=lines,
         has_ready_signal=True,

@@ -25,7 +25,8 @@ from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError
 from glmlaunch.hardware.memory import MemorySource
 from glmlaunch.output import fit, note, out_console, out_json, warn
-from glmlaunch.watch.expect import PlanContext
+from glmlaunch.plan.plan import Plan
+from glmlaunch.watch.expect import expectation
 from glmlaunch.watch.ranks import RankGpu, map_ranks
 from glmlaunch.watch.states import Settings
 
@@ -69,29 +70,6 @@ def _positive(value: float | None, key: str, *, allow_zero: bool = False) -> Non
         raise ConfigError("must be a positive number of seconds", key=key, value=value)
 
 
-def plan_context(
-    config: DeploymentConfig,
-    profile: str,
-    *,
-    total_bytes: int | None,
-    calibration: object | None,
-    message: str,
-) -> PlanContext:
-    """The plan of ``config`` with T = ``total_bytes`` (None: the profile's), as ``plan`` computes it."""
-    from glmlaunch.ledger import build_ledger
-    from glmlaunch.ledger.budget import compute_budget
-    from glmlaunch.ledger.verdict import judge
-
-    if total_bytes is not None:
-        config = config.model_copy(
-            update={"hardware": config.hardware.model_copy(update={"memory_per_gpu": total_bytes})}
-        )
-    ledger = build_ledger(config, calibration=calibration)
-    budget = compute_budget(config, ledger, calibration=calibration)
-    verdict = judge(config, budget, calibration)
-    return PlanContext(profile, config, calibration, ledger, budget, verdict.status, message)
-
-
 def deployment_visible(config: DeploymentConfig, gpus: str | None) -> str:
     """The deployment's CUDA_VISIBLE_DEVICES: ``--gpus``, else what glmlaunch exports for the profile."""
     if gpus is not None:
@@ -122,11 +100,11 @@ def _source(args: WatchArgs) -> tuple[MemorySource, str, bool, Any]:
         ) from None
 
 
-def describe(plan: PlanContext, ranks: Sequence[RankGpu]) -> list[str]:
-    e = plan.expectation()
+def describe(plan: Plan, profile: str, ranks: Sequence[RankGpu]) -> list[str]:
+    e = expectation(profile, plan)
     largest = e.largest
     lines = [
-        f"watch: profile {plan.profile}: T {format_size(e.total_bytes)}; planned resident "
+        f"watch: profile {profile}: T {format_size(e.total_bytes)}; planned resident "
         f"{format_size(e.planned_resident_bytes)}, margin {format_size(e.margin_bytes)} (minimum "
         f"{format_size(e.min_margin_bytes)}); runtime demand {format_size(e.runtime_peak_bytes)} "
         f"({e.runtime_phase}), its largest transient "
@@ -155,8 +133,8 @@ def _stops_on_signals(stop: Any) -> Iterator[None]:
 
 
 def run_watch(args: WatchArgs) -> None:
-    from glmlaunch.calibrate.apply import calibration_for
     from glmlaunch.config.commands import resolve
+    from glmlaunch.plan.plan import make_plan
     from glmlaunch.watch.follow import FileFollower, LineSource
     from glmlaunch.watch.metrics import MetricsServer
     from glmlaunch.watch.render import JsonLines, renderer
@@ -195,14 +173,12 @@ def run_watch(args: WatchArgs) -> None:
         ranks = map_ranks(source.devices, deployment_visible(config, args.gpus), config.parallel.tp)
         if total is None:
             total = min(g.device.usable_bytes for g in ranks)
-        use = calibration_for(config)
-        for line in use.warnings:
+        # the plan on the watched GPUs' T (as `plan --gpu-memory` plans); calibrated for the profile as given
+        plan = make_plan(config, device_total=total)
+        for line in plan.warnings:
             warn(line)
-        note(use.message)
-        plan = plan_context(
-            config, resolved.profile_name, total_bytes=total, calibration=use.calibration, message=use.message
-        )
-        for line in describe(plan, ranks):
+        note(plan.message)
+        for line in describe(plan, resolved.profile_name, ranks):
             note(line)
         lines: LineSource | None = None
         has_ready: bool | None = None
@@ -232,6 +208,7 @@ def run_watch(args: WatchArgs) -> None:
             plan,
             source,
             ranks,
+            profile=resolved.profile_name,
             options=Options(
                 interval_s=args.interval_s,
                 duration_s=args.duration_s,
@@ -281,7 +258,6 @@ def run_watch(args: WatchArgs) -> None:
 def run_explain_oom(
     log: Path, profile: str | None, overrides: Sequence[str], *, as_json: bool, ingest: bool
 ) -> None:
-    from glmlaunch.calibrate.apply import calibration_for
     from glmlaunch.calibrate.ingest import _logged_config
     from glmlaunch.config.commands import resolve
     from glmlaunch.vllmlog.boot import parse_log_file
@@ -305,11 +281,12 @@ def run_explain_oom(
     if config is None:
         resolved = resolve(profile, overrides)
         config, name = resolved.config, resolved.profile_name
-    use = calibration_for(config)
-    for line in use.warnings:
+    from glmlaunch.plan.plan import make_plan
+
+    plan = make_plan(config)
+    for line in plan.warnings:
         warn(line)
-    note(use.message)
-    plan = plan_context(config, name, total_bytes=None, calibration=use.calibration, message=use.message)
+    note(plan.message)
     explained = [explain(e, plan, source=f"{log.name}'s OOM") for e in events]
     record_id = None
     if ingest:
@@ -335,13 +312,13 @@ def run_explain_oom(
                 "schema_version": SCHEMA_VERSION,
                 "log": str(log),
                 "profile": name,
-                "calibration": use.message,
+                "calibration": plan.message,
                 "plan": {
                     "total_bytes": plan.budget.total,
                     "margin_bytes": plan.budget.margin,
                     "runtime_demand_bytes": plan.ledger.runtime.peak_bytes,
                     "runtime_phase": plan.ledger.runtime.peak_phase,
-                    "verdict": plan.verdict,
+                    "verdict": plan.verdict.status,
                 },
                 "ooms": [x.to_json() for x in explained],
                 "ingested_record": record_id,

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.ledger.budget import Budget
-from glmlaunch.ledger.model import PHASES, Ledger
+from glmlaunch.ledger.model import PHASES
+from glmlaunch.plan.plan import Plan
 
 #: a transient counts as fired once the growth since ready covers this share of it: its size is a plan's
 #: figure (some are fitted terms), so growth a little short of it is the transient, not a smaller one
@@ -108,29 +107,12 @@ class Expectation:
         return Pending(largest=largest, demand_bytes=demand, fired=tuple(fired))
 
 
-@dataclass(frozen=True)
-class PlanContext:
-    """The plan the watch compares with, and what the OOM explanation plans again from."""
-
-    profile: str
-    config: DeploymentConfig
-    calibration: object | None
-    ledger: Ledger
-    budget: Budget
-    verdict: str
-    calibration_message: str = ""
-
-    def expectation(self) -> Expectation:
-        return expectation(self.profile, self.config, self.ledger, self.budget, self.verdict)
-
-
-def expectation(
-    profile: str, config: DeploymentConfig, ledger: Ledger, budget: Budget, verdict: str
-) -> Expectation:
-    demand = ledger.runtime
+def expectation(profile: str, plan: Plan) -> Expectation:
+    """What ``plan`` (of the deployment named ``profile``) expects of each rank once vLLM is ready."""
+    budget, demand = plan.budget, plan.ledger.runtime
     return Expectation(
         profile=profile,
-        tp=config.parallel.tp,
+        tp=plan.config.parallel.tp,
         total_bytes=budget.total,
         planned_resident_bytes=budget.total - budget.used_by_others - budget.margin,
         margin_bytes=budget.margin,
@@ -148,5 +130,5 @@ def expectation(
             )
             for t in demand.transients
         ),
-        verdict=verdict,
+        verdict=plan.verdict.status,
     )

@@ -25,16 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from glmlaunch.calibrate.apply import LedgerCalibration, _with, prefill_split, with_demand_floor
+from glmlaunch.calibrate.apply import _with, prefill_split, with_demand_floor
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import MIB, format_size
-from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
 from glmlaunch.ledger.model import PHASES, Entry
+from glmlaunch.plan.plan import Plan, make_plan
 from glmlaunch.vllmlog.events import RuntimeEvent, tried_unit
 from glmlaunch.vllmlog.lines import tp_index
 from glmlaunch.vllmlog.numbers import UNIT_BYTES
-from glmlaunch.watch.expect import PlanContext
 
 How = Literal["size", "position", "holds-it", "largest"]
 #: the message prints two decimals of its unit; the allocator rounds a fresh block up to 2 MiB pages
@@ -165,7 +164,7 @@ def _resolution(event: RuntimeEvent) -> int:
     return max(PAGE, unit // 200)
 
 
-def match_runtime(event: RuntimeEvent, plan: PlanContext) -> Match | None:
+def match_runtime(event: RuntimeEvent, plan: Plan) -> Match | None:
     demand = plan.ledger.runtime
     tried = event.tried_bytes or 0
     tol = _resolution(event)
@@ -218,7 +217,7 @@ def match_runtime(event: RuntimeEvent, plan: PlanContext) -> Match | None:
     )
 
 
-def match_startup(event: RuntimeEvent, plan: PlanContext) -> Match | None:
+def match_startup(event: RuntimeEvent, plan: Plan) -> Match | None:
     tried = event.tried_bytes or 0
     tol = _resolution(event)
     entries = [e for e in (*plan.ledger.rank0.entries, *plan.ledger.latent) if e.device_bytes > 0]
@@ -237,33 +236,32 @@ def match_startup(event: RuntimeEvent, plan: PlanContext) -> Match | None:
     return None
 
 
-def _plan(config: DeploymentConfig, cal: object | None, budget: Budget) -> tuple[Budget, str]:
-    ledger = build_ledger(config, calibration=cal)
-    b = compute_budget(
-        config, ledger, total_bytes=budget.total, used_by_others=budget.used_by_others, calibration=cal
-    )
-    return b, b.verdict
+def _replan(plan: Plan, config: DeploymentConfig, inputs: LedgerInputs) -> Plan:
+    """``config`` planned with ``inputs`` on the device memory ``plan`` was budgeted for."""
+    return make_plan(config, memory=plan.memory, inputs=inputs, library=plan.ledger.library)
 
 
-def runtime_fixes(plan: PlanContext, floor: int, source: str) -> tuple[tuple[Fix, ...], list[str]]:
+def runtime_fixes(plan: Plan, floor: int, source: str) -> tuple[tuple[Fix, ...], list[str]]:
     """The pool pin, the GMU and the batched tokens that keep a long-prefill demand of ``floor`` bytes."""
-    config, budget = plan.config, plan.budget
+    config = plan.config
     note = f"{source} proves a runtime demand of at least {floor:,} B (margin - free + tried)"
-    raised = with_demand_floor(config, _as_ledger_cal(plan.calibration), floor, note)
+    raised = with_demand_floor(plan.ledger, floor, note)
     notes: list[str] = []
     if raised is None:
         notes.append(
             f"the plan's runtime demand {format_size(plan.ledger.runtime.peak_bytes)} already covers the "
             f"{format_size(floor)} this OOM proves: the startup left less free than the plan's margin"
         )
-        cal: object | None = plan.calibration
+        inputs = plan.inputs
     else:
-        cal = raised
-    base, verdict = _plan(config, cal, budget)
+        inputs = raised
+    planned = _replan(plan, config, inputs)
+    base, verdict = planned.budget, planned.verdict.status
     fixes: list[Fix] = []
     blocks = base.recommended_num_gpu_blocks
     if blocks is not None:
-        b, v = _plan(_with(config, "memory.num_gpu_blocks_override", blocks), cal, budget)
+        pinned = _replan(plan, _with(config, "memory.num_gpu_blocks_override", blocks), inputs)
+        b, v = pinned.budget, pinned.verdict.status
         if v in _KEEPS:
             fixes.append(
                 Fix(
@@ -277,7 +275,8 @@ def runtime_fixes(plan: PlanContext, floor: int, source: str) -> tuple[tuple[Fix
             )
     gmu = base.recommended_gpu_memory_utilization
     if gmu is not None and config.memory.num_gpu_blocks_override is None:
-        b, v = _plan(_with(config, "memory.gpu_memory_utilization", gmu), cal, budget)
+        natural = _replan(plan, _with(config, "memory.gpu_memory_utilization", gmu), inputs)
+        b, v = natural.budget, natural.verdict.status
         if v in _KEEPS:
             fixes.append(
                 Fix(
@@ -289,7 +288,7 @@ def runtime_fixes(plan: PlanContext, floor: int, source: str) -> tuple[tuple[Fix
                     b.runtime_margin,
                 )
             )
-    tokens = _batched_tokens_fix(plan, cal, floor)
+    tokens = _batched_tokens_fix(planned, floor)
     if tokens is not None:
         fixes.append(tokens)
     if verdict in _KEEPS and raised is not None:
@@ -297,21 +296,17 @@ def runtime_fixes(plan: PlanContext, floor: int, source: str) -> tuple[tuple[Fix
     return tuple(fixes), notes
 
 
-def _as_ledger_cal(cal: object | None) -> LedgerCalibration | None:
-    return cal if isinstance(cal, LedgerCalibration) else None
-
-
-def _batched_tokens_fix(plan: PlanContext, cal: object | None, floor: int) -> Fix | None:
+def _batched_tokens_fix(plan: Plan, floor: int) -> Fix | None:
     """The largest max_num_batched_tokens (a multiple of 256) under which the prefill's growth, scaled with
-    the chunk from the demand this OOM proves, keeps the runtime margin."""
-    config = plan.config
+    the chunk from the demand this OOM proves (``plan``: planned under it), keeps the runtime margin."""
+    config, inputs = plan.config, plan.inputs
     now = config.scheduler.max_num_batched_tokens
-    learned = getattr(cal, "runtime_prefill_bytes", None)
+    learned = inputs.runtime_prefill_bytes
     if learned is None:
-        growth, _ = prefill_split(build_ledger(config, calibration=cal))
+        growth, _ = prefill_split(plan.ledger)
         learned = growth
     per_token = learned / now
-    base_cal = _as_ledger_cal(cal) or LedgerCalibration(record_id="runtime-evidence")
+    base = inputs if inputs != UNCALIBRATED else LedgerInputs(record_id="runtime-evidence")
     tokens = (now - 1) // BATCH_STEP * BATCH_STEP
     smallest = max(BATCH_STEP, config.scheduler.max_num_seqs * (1 + config.mtp))
     while tokens >= smallest:
@@ -321,11 +316,12 @@ def _batched_tokens_fix(plan: PlanContext, cal: object | None, floor: int) -> Fi
             tokens -= BATCH_STEP
             continue
         scaled = replace(
-            base_cal,
+            base,
             runtime_prefill_bytes=round(per_token * tokens),
             runtime_note=f"{per_token:,.0f} B per batched token, as the OOM proves, x {tokens}",
         )
-        b, v = _plan(candidate, scaled, plan.budget)
+        step = _replan(plan, candidate, scaled)
+        b, v = step.budget, step.verdict.status
         if v in _KEEPS:
             return Fix(
                 "batched-tokens",
@@ -339,13 +335,14 @@ def _batched_tokens_fix(plan: PlanContext, cal: object | None, floor: int) -> Fi
     return None
 
 
-def startup_fix(plan: PlanContext, short_bytes: int) -> Fix | None:
+def startup_fix(plan: Plan, short_bytes: int) -> Fix | None:
     """The highest GMU that leaves ``short_bytes`` more free after startup than the plan does now."""
     config, budget = plan.config, plan.budget
     target = budget.margin + short_bytes
     gmu = round(config.memory.gpu_memory_utilization - 0.001, 3)
     while gmu > 0.05:
-        b, v = _plan(_with(config, "memory.gpu_memory_utilization", gmu), plan.calibration, budget)
+        step = _replan(plan, _with(config, "memory.gpu_memory_utilization", gmu), plan.inputs)
+        b, v = step.budget, step.verdict.status
         if b.margin >= target:
             return Fix(
                 "gmu",
@@ -359,7 +356,7 @@ def startup_fix(plan: PlanContext, short_bytes: int) -> Fix | None:
     return None
 
 
-def explain(event: RuntimeEvent, plan: PlanContext, *, source: str = "this OOM") -> Explanation:
+def explain(event: RuntimeEvent, plan: Plan, *, source: str = "this OOM") -> Explanation:
     notes: list[str] = []
     tried = event.tried_bytes or 0
     budget = plan.budget

@@ -28,9 +28,10 @@ from typing import Any
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.hardware.memory import MemorySource
 from glmlaunch.output import debug_enabled, warn
+from glmlaunch.plan.plan import Plan
 from glmlaunch.vllmlog.events import RuntimeEvent, free_reading, is_ready_line, runtime_events_of
 from glmlaunch.watch import oom
-from glmlaunch.watch.expect import PlanContext
+from glmlaunch.watch.expect import expectation
 from glmlaunch.watch.follow import LineSource
 from glmlaunch.watch.ranks import RankGpu
 from glmlaunch.watch.render import Quiet, Renderer, say
@@ -62,10 +63,11 @@ class _Low:
 class Watcher:
     def __init__(
         self,
-        plan: PlanContext,
+        plan: Plan,
         source: MemorySource,
         ranks: tuple[RankGpu, ...],
         *,
+        profile: str,
         options: Options,
         lines: LineSource | None = None,
         has_ready_signal: bool | None = None,
@@ -79,7 +81,8 @@ class Watcher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.plan = plan
-        self.expect = plan.expectation()
+        self.profile = profile
+        self.expect = expectation(profile, plan)
         self.source = recorder if recorder is not None else source
         self.recorder = recorder
         self.ranks = ranks
@@ -155,7 +158,7 @@ class Watcher:
             seq=self.seq,
             t=t,
             wall=time.time(),
-            profile=self.plan.profile,
+            profile=self.profile,
             source=self.source_name,
             host=self.host,
             interval_s=self.options.interval_s,
@@ -316,7 +319,7 @@ class Watcher:
             )
         return {
             "samples": self.seq,
-            "profile": self.plan.profile,
+            "profile": self.profile,
             "ranks": ranks,
             "ooms": [ex.to_json() for ex in self.explanations],
             "events": [e.to_json() for e in events[-100:]],

@@ -22,6 +22,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB, MIB
 from glmlaunch.ledger import build_ledger, kv_cache
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import UNCALIBRATED
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 MTP0 = "vllm-current210-cap1024-mtp0-v1-server.log"
@@ -49,7 +50,7 @@ def predicted(cfg: DeploymentConfig, recs: list[Calibration]):  # type: ignore[n
     learned = learn(cfg, recs)
     assert learned.model is not None
     cal = model_calibration(cfg, learned.model, version=cfg.vllm_version)
-    return compute_budget(cfg, build_ledger(cfg, calibration=cal), calibration=cal), cal
+    return compute_budget(cfg, build_ledger(cfg, cal)), cal
 
 
 def test_every_shared_log_gives_a_record_or_says_why(records: dict[str, Calibration]) -> None:
@@ -124,13 +125,13 @@ def test_w_transfers_across_mtp_and_checkpoints(records: dict[str, Calibration])
     shipped = resolve_config("r12-exl3", environ={}).config
     assert model.weights.predict(shipped) is None
     cal = model_calibration(shipped, model)
-    w = build_ledger(shipped, calibration=cal).entry("weights")
+    w = build_ledger(shipped, cal).entry("weights")
     assert w is not None and w.requested_bytes == round(77.66 * GIB) and "TEST_RESULTS.md" in w.formula
     # a bit rate nobody documented: the nearest documented checkpoint, routed experts rescaled
     other = resolve_config(
         "r12-exl3", ["model.path=/m/GLM-5.2-EXL3-TR3-3.5bpw", "model.revision=null"]
     ).config
-    o = build_ledger(other, calibration=model_calibration(other, model)).entry("weights")
+    o = build_ledger(other, model_calibration(other, model)).entry("weights")
     assert o is not None and o.origin == "estimate" and "3.5 instead of 3.42 bits" in o.formula
     # the 3.25 checkpoint at MTP 5: the MTP3 boots' W (the MTP layer is in it whatever k is)
     k5 = config_of(records[V3]).model_copy(
@@ -173,14 +174,14 @@ def test_calibration_for_says_what_it_used(tmp_path: Path, records: dict[str, Ca
     store = Store(tmp_path / "cal")
     r12 = resolve_config("r12-exl3", environ={}).config
     rig_only = calibration_for(r12, store=store)
-    assert rig_only.calibration is not None and rig_only.message.startswith("using the rig defaults")
+    assert rig_only.inputs != UNCALIBRATED and rig_only.message.startswith("using the rig defaults")
     h200 = resolve_config("r12-exl3", ["hardware.gpu_model=NVIDIA H200"], environ={}).config
     none = calibration_for(h200, store=store)
-    assert none.calibration is None and "no calibration records" in none.message
+    assert none.inputs == UNCALIBRATED and "no calibration records" in none.message
     for rec in records.values():
         store.save(rec)
     use = calibration_for(r12, store=store)
-    assert use.calibration is not None and "term model fitted on 5 record(s)" in use.message
+    assert use.inputs != UNCALIBRATED and "term model fitted on 5 record(s)" in use.message
     dcp2 = resolve_config("r12-exl3", ["parallel.dcp=2"], environ={}).config
     other = calibration_for(dcp2, store=store)
     assert "another rig shape" in other.message

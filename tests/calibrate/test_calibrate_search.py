@@ -14,7 +14,6 @@ from glmlaunch.calibrate.apply import model_calibration
 from glmlaunch.calibrate.learn import learn
 from glmlaunch.calibrate.model import TermModel
 from glmlaunch.calibrate.records import Calibration
-from glmlaunch.calibrate.search import Evaluation, SearchResult, overlay_yaml, search
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB, MIB
@@ -22,6 +21,7 @@ from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
 from glmlaunch.ledger.model import PHASES
+from glmlaunch.plan.search import Evaluation, SearchResult, overlay_yaml, search
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"
 V3 = "vllm-current210-cap1024-mtp3-v3-server.log"
@@ -79,7 +79,7 @@ def model(records: list[Calibration]) -> TermModel:
 def independent(config: DeploymentConfig, model: TermModel) -> tuple[int, int, int, bool]:
     """Margin, KV, one request and the start gate, straight from the model + ledger + budget."""
     cal = model_calibration(config, model, version=config.vllm_version)
-    b = compute_budget(config, build_ledger(config, calibration=cal), calibration=cal)
+    b = compute_budget(config, build_ledger(config, cal))
     return b.margin, b.kv, b.request_bytes, b.f0 >= b.gate
 
 
@@ -96,7 +96,7 @@ def feasible_independently(config: DeploymentConfig, model: TermModel) -> bool:
 def runtime_demand(config: DeploymentConfig, model: TermModel) -> int:
     """The runtime demand's peak, summed from the ledger's runtime entries (not the budget's figure)."""
     cal = model_calibration(config, model, version=config.vllm_version)
-    demand = build_ledger(config, calibration=cal).runtime
+    demand = build_ledger(config, cal).runtime
     return max(sum(t.entry.device_bytes for t in demand.transients if t.phase == ph) for ph in PHASES)
 
 
@@ -287,7 +287,7 @@ def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_pat
 
 
 def test_search_stops_at_the_evaluation_limit_with_the_best_value_so_far() -> None:
-    from glmlaunch.calibrate.search import SearchLimitError
+    from glmlaunch.plan.search import SearchLimitError
 
     with pytest.raises(SearchLimitError) as caught:
         search(r12(), "max-batched-tokens", calibration_message="m", upper=8192, max_evaluations=4)
@@ -298,7 +298,7 @@ def test_search_stops_at_the_evaluation_limit_with_the_best_value_so_far() -> No
 
 
 def test_search_stops_at_the_wall_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    import glmlaunch.calibrate.search as search_mod
+    import glmlaunch.plan.search as search_mod
 
     readings = iter([0.0] * 6)  # the clock stands still for the first evaluations, then an hour passes
 
@@ -317,7 +317,7 @@ def test_search_refuses_up_front_when_slow_evaluations_cannot_finish_in_time(
     # the first evaluation, forecasting the bisection's cost, and names the limit.
     import time as real_time
 
-    import glmlaunch.calibrate.search as search_mod
+    import glmlaunch.plan.search as search_mod
 
     original = search_mod.Evaluator._rank_budgets
 
@@ -333,7 +333,7 @@ def test_search_refuses_up_front_when_slow_evaluations_cannot_finish_in_time(
 
 
 def test_a_huge_range_stays_within_the_evaluation_limit() -> None:
-    from glmlaunch.calibrate.search import MAX_EVALUATIONS
+    from glmlaunch.plan.search import MAX_EVALUATIONS
 
     result = search(r12(), "max-batched-tokens", calibration_message="m", step=1, upper=2**62)
     assert len(result.steps) <= MAX_EVALUATIONS

@@ -12,10 +12,10 @@ from conftest import FIXTURES
 from glmlaunch.calibrate.fingerprint import make_fingerprint, memory_settings
 from glmlaunch.calibrate.ingest import ingest_launched, ingest_logs
 from glmlaunch.calibrate.learn import record_config
-from glmlaunch.calibrate.profile_import import build_profile
 from glmlaunch.calibrate.records import SupervisedBoot
 from glmlaunch.calibrate.store import Store
 from glmlaunch.config.resolve import resolve_config
+from glmlaunch.plan.profile_import import build_profile
 
 LOG = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp0-v1-server.log"
 VERSIONS = {"vllm": None, "torch": None, "b12x": None, "sparkinfer": None}

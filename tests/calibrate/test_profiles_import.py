@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from glmlaunch.calibrate.bootconfig import boot_env, boot_settings
-from glmlaunch.calibrate.profile_import import has_setting, lookup
+from glmlaunch.plan.profile_import import has_setting, lookup
 from glmlaunch.vllmlog.bootconfig import parse_boot_config
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "boot-logs"

@@ -15,14 +15,15 @@ from glmlaunch.hardware.checks import (
     CheckReport,
     Purpose,
     memory_inputs,
-    run_checks,
     select_group,
     version_at_least,
 )
 from glmlaunch.hardware.inventory import Inventory, PcieLink, load_inventory
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import UNCALIBRATED
 from glmlaunch.ledger.verdict import judge
+from glmlaunch.plan import check as plan_check
 
 INV = Path(__file__).resolve().parents[1] / "fixtures" / "inventories"
 # A KV budget the 95 GiB card can hold and a GMU whose margin holds the runtime demand on the built-in
@@ -36,6 +37,11 @@ def inv(name: str) -> Inventory:
 
 def config(profile: str = "turnkey", overrides: Sequence[str] = FITS) -> DeploymentConfig:
     return resolve_config(profile, overrides, environ={}).config
+
+
+def run_checks(c: DeploymentConfig, i: Inventory, **kw: object) -> CheckReport:
+    """Every check and the memory verdict of the plan on the built-in default figures (no calibration)."""
+    return plan_check.run_checks(c, i, inputs=UNCALIBRATED, **kw)  # type: ignore[arg-type]
 
 
 def report(
@@ -147,12 +153,11 @@ def test_memory_verdict_uses_the_ledger_budget_with_the_real_memory() -> None:
     assert inputs.gpu == 1
     assert inputs.total_bytes == i.gpus[1].usable_total
     assert inputs.used_by_others == i.gpus[1].memory_used
-    expected = compute_budget(
-        c, build_ledger(c), total_bytes=inputs.total_bytes, used_by_others=inputs.used_by_others
-    )
+    ledger = build_ledger(c)
+    expected = compute_budget(c, ledger, total_bytes=inputs.total_bytes, used_by_others=inputs.used_by_others)
     got = run_checks(c, i).by_name("memory_verdict")
     assert got.details["terms"] == expected.terms
-    assert got.details["verdict"] == judge(c, expected).to_json()
+    assert got.details["verdict"] == judge(c, ledger, expected).to_json()
     assert got.details["verdict"]["status"] == expected.verdict
     # The start gate of free_memory includes the ledger's pre-snapshot allocations.
     free = run_checks(c, i).by_name("free_memory")

@@ -98,7 +98,7 @@ def test_light_modules_do_not_import_pynvml_or_torch() -> None:
         "import sys\n"
         "import glmlaunch.cli, glmlaunch.hardware.checks, glmlaunch.hardware.inventory\n"
         "import glmlaunch.hardware.commands, glmlaunch.hardware.probe\n"
-        "from glmlaunch.hardware.checks import run_checks\n"
+        "from glmlaunch.plan.check import run_checks\n"
         "from glmlaunch.hardware.inventory import load_inventory\n"
         "from glmlaunch.config.resolve import resolve_config\n"
         f"inv = load_inventory({str(INV / 'rtxpro6000x4.json')!r})\n"

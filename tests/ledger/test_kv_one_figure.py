@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, REPO, run_cli
 
-from glmlaunch.calibrate.apply import LedgerCalibration
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.units import format_size
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import LedgerInputs
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
 LOGS = sorted(str(p) for p in (FIXTURES / "boot-logs").glob("*.log"))
@@ -99,9 +99,9 @@ def test_the_ledger_and_the_budget_share_a_partial_calibration() -> None:
     config = resolve_config("turnkey", [], environ={}).config
     plain = build_ledger(config)
     p_entries = plain.base_terms.p if plain.base_terms else 0
-    cal = LedgerCalibration(record_id="test", term_bytes=(("p", p_entries - 512 * 2**20),))
-    ledger = build_ledger(config, calibration=cal)
-    budget = compute_budget(config, ledger, calibration=cal)
+    cal = LedgerInputs(record_id="test", term_bytes=(("p", p_entries - 512 * 2**20),))
+    ledger = build_ledger(config, cal)
+    budget = compute_budget(config, ledger)
     entry = ledger.entry("kv_cache")
     assert entry is not None and entry.device_bytes == budget.kv
     assert budget.kv == compute_budget(config, plain).kv + 512 * 2**20
@@ -113,8 +113,8 @@ def test_the_ledger_and_the_budget_share_a_partial_calibration() -> None:
 
 def test_pinned_kv_is_one_figure(tmp_path: Path) -> None:
     config = resolve_config("turnkey", ["memory.kv_cache_memory_bytes=3GiB"], environ={}).config
-    cal = LedgerCalibration(record_id="test", term_bytes=(("p", 1), ("w", 2)))
-    ledger = build_ledger(config, calibration=cal)
+    cal = LedgerInputs(record_id="test", term_bytes=(("p", 1), ("w", 2)))
+    ledger = build_ledger(config, cal)
     entry = ledger.entry("kv_cache")
-    assert entry is not None and entry.device_bytes == compute_budget(config, ledger, calibration=cal).kv
+    assert entry is not None and entry.device_bytes == compute_budget(config, ledger).kv
     assert entry.device_bytes == 3 * 2**30

@@ -10,6 +10,7 @@ from glmlaunch.ledger import build_ledger, dcp_a2a, dma, oneshot
 from glmlaunch.ledger.budget import compute_budget
 from glmlaunch.ledger.constants import B12X_15, SPARKINFER_R14
 from glmlaunch.ledger.footprint import Packer, torch_single, transient_peak
+from glmlaunch.ledger.inputs import LedgerInputs
 from glmlaunch.ledger.model import Ledger
 
 KIB = 1024
@@ -163,7 +164,7 @@ def test_calibration_replaces_defaults() -> None:
         "graph_bytes": 300 * MIB,
         "weights_bytes": 82 * GIB,
     }
-    led = build_ledger(config, calibration=cal)
+    led = build_ledger(config, LedgerInputs(**cal))
     for name, key in (
         ("runtime.cuda_context", "cuda_context_bytes"),
         ("runtime.nccl", "nccl_bytes"),

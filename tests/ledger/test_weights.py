@@ -11,6 +11,7 @@ import pytest
 from conftest import FIXTURES, assert_script_current, run_cli
 
 from glmlaunch.config.resolve import resolve_config
+from glmlaunch.ledger.inputs import UNCALIBRATED
 from glmlaunch.ledger.weights import decide_for, facts
 
 GIB = 1024**3
@@ -93,7 +94,7 @@ def test_the_weights_do_not_depend_on_the_order_records_were_ingested(
 
 def _w(profile: str, *sets: str) -> int:
     config = resolve_config(profile, list(sets), environ={}).config
-    return decide_for(config, None).value
+    return decide_for(config, UNCALIBRATED).value
 
 
 def test_the_weights_follow_tp_as_the_checkpoint_splits() -> None:
@@ -111,7 +112,7 @@ def test_the_qualified_k6_variants_take_their_documented_figures() -> None:
     # the appliance's records: 3.42 bpw online K6, MTP3, r28 ~81 GiB; 3.36 ~80.8 GiB (weights.json)
     for profile in ("exl3-tr3-3.42bpw", "exl3-tr3-3.36bpw"):
         config = resolve_config(profile, [], environ={}).config
-        fig = decide_for(config, None)
+        fig = decide_for(config, UNCALIBRATED)
         assert fig.source in ("documented", "estimate") and 78 * GIB < fig.value < 82.5 * GIB, fig
     # the 3.0 turnkey: 77.66 GiB is the 3.0 bpw figure (TEST_RESULTS.md), not the r14 logs' 3.25 bpw one
     assert abs(_w("turnkey") - round(77.66 * GIB)) < 0.02 * GIB
@@ -121,7 +122,7 @@ def test_an_unknown_checkpoint_is_a_labelled_default() -> None:
     config = resolve_config(
         "turnkey", ["model.path=/models/unknown", "model.revision=null"], environ={}
     ).config
-    fig = decide_for(config, None)
+    fig = decide_for(config, UNCALIBRATED)
     assert fig.source == "default" and "nothing is known of this checkpoint" in fig.note
 
 

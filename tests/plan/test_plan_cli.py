@@ -14,7 +14,7 @@ from conftest import SEED_TURNKEY
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
 from glmlaunch.plan.audit import audit_ledger
-from glmlaunch.plan.planner import SCHEMA_VERSION, PlanDoc, make_plan, plan_document
+from glmlaunch.plan.planner import SCHEMA_VERSION, PlanDoc, plan_document, plan_profile
 from tests.conftest import REPO, glmlaunch_exe, run_cli
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
@@ -67,7 +67,7 @@ def test_schema_is_stable() -> None:
 
 
 def test_document_budget_matches_terms() -> None:
-    result = make_plan("turnkey")
+    result = plan_profile("turnkey")
     doc = plan_document(result)
     b = doc.budget
     assert b.f0_bytes == b.total_bytes - b.used_by_others_bytes - b.u_pre_bytes
@@ -80,8 +80,8 @@ def test_document_budget_matches_terms() -> None:
 
 
 def test_recommended_kv_bytes_keeps_the_minimum_margin_and_the_runtime_demand() -> None:
-    rec = make_plan("turnkey").budget.recommended_kv_cache_memory_bytes
-    pinned = make_plan("turnkey", [f"memory.kv_cache_memory_bytes={rec}"]).budget
+    rec = plan_profile("turnkey").budget.recommended_kv_cache_memory_bytes
+    pinned = plan_profile("turnkey", [f"memory.kv_cache_memory_bytes={rec}"]).budget
     assert pinned.kv_pinned and pinned.kv == rec
     # the turnkey's runtime demand is larger than the 1 GiB minimum: the runtime margin binds
     keep = max(pinned.min_margin, pinned.runtime_demand + pinned.min_runtime_margin)
@@ -143,7 +143,7 @@ def test_svg_shows_the_verdicts_findings(tmp_path: Path, clean_env: dict[str, st
 
 def test_plan_does_not_import_torch_or_b12x() -> None:
     code = (
-        "import sys; from glmlaunch.plan.planner import make_plan; make_plan('turnkey');"
+        "import sys; from glmlaunch.plan.planner import plan_profile; plan_profile('turnkey');"
         "import glmlaunch.plan.audit, glmlaunch.plan.diff, glmlaunch.plan.render;"
         "bad=[m for m in ('torch','b12x','pynvml') if m in sys.modules]; assert not bad, bad"
     )
@@ -194,8 +194,8 @@ def test_audit_turnkey_findings_and_totals(clean_env: dict[str, str]) -> None:
     from glmlaunch.calibrate.apply import calibration_for
 
     config = resolve_config("turnkey").config
-    cal = calibration_for(config).calibration
-    led = build_ledger(config, calibration=cal)
+    cal = calibration_for(config).inputs
+    led = build_ledger(config, cal)
     pool = next(e for e in led.rank0.entries if e.name == "cudagraph.pool")
     wide = {f.id: f for f in audit_ledger(config, led).findings}
     kept = pool.device_bytes * 48 // 64

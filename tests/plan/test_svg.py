@@ -9,7 +9,7 @@ from pathlib import Path
 
 from glmlaunch.config.units import format_size
 from glmlaunch.plan import memmap
-from glmlaunch.plan.planner import make_plan
+from glmlaunch.plan.planner import plan_profile
 from tests.conftest import run_cli
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -96,7 +96,7 @@ def test_header_names_the_overrides(tmp_path: Path, clean_env: dict[str, str]) -
 
 
 def test_ranks_that_differ_are_drawn_apart() -> None:
-    result = make_plan("gate")
+    result = plan_profile("gate")
     ranks = result.ledger.ranks
     odd = replace(ranks[3], entries=ranks[3].entries[:-1])  # rank 3 lost an entry
     text = memmap.svg((*ranks[:3], odd), result.budget, title="t: d")

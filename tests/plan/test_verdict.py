@@ -50,7 +50,8 @@ def fake_vllm_env(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
 
 def verdict(profile: str, *overrides: str):  # type: ignore[no-untyped-def]
     config = resolve_config(profile, list(overrides), environ={}).config
-    return judge(config, compute_budget(config, build_ledger(config)))
+    ledger = build_ledger(config)
+    return judge(config, ledger, compute_budget(config, ledger))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from conftest import SEED_TURNKEY
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.units import MIB
 from glmlaunch.errors import ExitCode
-from glmlaunch.ledger import build_ledger
+from glmlaunch.ledger.inputs import UNCALIBRATED
+from glmlaunch.plan.plan import make_plan
 from glmlaunch.preflight.api import BackendDecision, PreflightRun, planned_allocations
 from glmlaunch.preflight.backends.sequence import capture_passes, pass_covers
 from glmlaunch.preflight.launcher import Failure, LaunchOutcome
@@ -34,7 +35,8 @@ def _recorded(
     # the turnkey runs were recorded with the r12-era turnkey (V1 runner, A2A cap 64, no LMCache)
     era = list(SEED_TURNKEY) if profile == "turnkey" else []
     config = resolve_config(profile, [*era, f"parallel.tp={tp}", f"parallel.dcp={tp}"], environ={}).config
-    ledger = build_ledger(config)
+    plan = make_plan(config, inputs=UNCALIBRATED)
+    ledger = plan.ledger
     results = [RankResult.from_dict(r) for r in doc["results"]]
     if current_covers:
         names = [a.name for a in planned_allocations(ledger)]
@@ -56,8 +58,7 @@ def _recorded(
         workdir="",
     )
     return PreflightRun(
-        config=config,
-        ledger=ledger,
+        plan=plan,
         backend=BackendDecision(doc["backend"], doc["backend_reason"]),
         device_mode="cuda",
         outcome=outcome,

@@ -28,9 +28,9 @@ import pytest
 from conftest import FIXTURES, REPO, glmlaunch_exe, run_cli
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
-from glmlaunch.calibrate.profile_import import build_profile
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.hardware.inventory import load_inventory
+from glmlaunch.plan.profile_import import build_profile
 
 FAKE = Path(__file__).resolve().parent / "fake_vllm.py"
 LOGS = FIXTURES / "boot-logs"

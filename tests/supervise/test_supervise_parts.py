@@ -15,8 +15,8 @@ import pytest
 from conftest import FIXTURES
 from test_supervise import FAKE, INVENTORY, _stop_what_was_started, finish, outcome, start
 
-from glmlaunch.calibrate.profile_import import build_profile
 from glmlaunch.output import MASK, register_secret, reset_secrets
+from glmlaunch.plan.profile_import import build_profile
 from glmlaunch.supervise.session import deadlines, shutdown_timeout
 from glmlaunch.supervise.stream import BootStream
 from glmlaunch.supervise.timeline import Timeline, expected_from_phases, fmt_seconds

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, run_cli
 
-from glmlaunch.calibrate.apply import LedgerCalibration, _with, with_demand_floor
+from glmlaunch.calibrate.apply import _with, with_demand_floor
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
+from glmlaunch.plan.plan import make_plan
 from glmlaunch.vllmlog.boot import parse_log_file
 from glmlaunch.vllmlog.events import is_ready_line, runtime_events_of
-from glmlaunch.watch.commands import plan_context
 from glmlaunch.watch.oom import explain, match_runtime
 
 WATCH = FIXTURES / "watch"
@@ -54,9 +55,9 @@ def test_each_fix_keeps_the_proven_demand_by_the_plan(clean_env: dict[str, str])
     (oom,) = doc["ooms"]  # type: ignore[misc]
     config = resolve_config(PROFILE, ()).config
     floor = oom["demand_floor_bytes"]
-    raised = with_demand_floor(config, None, floor, "test")
+    raised = with_demand_floor(build_ledger(config), floor, "test")
     assert raised is not None and raised.runtime_prefill_bytes is not None
-    before = compute_budget(config, build_ledger(config, calibration=raised), calibration=raised)
+    before = compute_budget(config, build_ledger(config, raised))
     assert before.verdict == "runtime-oom"  # as it is, the configuration cannot hold what the OOM proves
     for fix in oom["fixes"]:
         fixed = _with(config, fix["key"], fix["value"])
@@ -64,7 +65,7 @@ def test_each_fix_keeps_the_proven_demand_by_the_plan(clean_env: dict[str, str])
         if fix["kind"] == "batched-tokens":  # the prefill's growth scales with the chunk it runs
             share = fix["value"] / config.scheduler.max_num_batched_tokens
             cal = replace(raised, runtime_prefill_bytes=round(raised.runtime_prefill_bytes * share))
-        budget = compute_budget(fixed, build_ledger(fixed, calibration=cal), calibration=cal)
+        budget = compute_budget(fixed, build_ledger(fixed, cal))
         assert budget.verdict == "ok", fix
         assert budget.runtime_margin == fix["runtime_margin_bytes"] >= 0
 
@@ -96,7 +97,7 @@ def test_an_oom_before_ready_is_a_startup_allocation(clean_env: dict[str, str], 
 
 def test_an_allocation_of_an_entrys_size_is_that_entry() -> None:
     config = resolve_config(PROFILE, ()).config
-    plan = plan_context(config, "h200", total_bytes=None, calibration=None, message="")
+    plan = make_plan(config, inputs=UNCALIBRATED)
     entry = next(t.entry for t in plan.ledger.runtime.transients if t.entry.name == "demand.prefill_growth")
     mib = entry.requested_bytes / MIB
     line = (
@@ -142,7 +143,7 @@ def test_the_log_parser_reads_the_recorded_line(events: list[object]) -> None:
 def test_a_blank_calibration_plans_like_none() -> None:
     # the fixes plan with a calibration that only raises the demand: without it, it must change nothing
     config = resolve_config(PROFILE, ()).config
-    blank = LedgerCalibration(record_id="runtime-evidence")
-    a = compute_budget(config, build_ledger(config, calibration=None), calibration=None)
-    b = compute_budget(config, build_ledger(config, calibration=blank), calibration=blank)
+    blank = LedgerInputs(record_id="runtime-evidence")
+    a = compute_budget(config, build_ledger(config, UNCALIBRATED))
+    b = compute_budget(config, build_ledger(config, blank))
     assert a.terms == b.terms and a.runtime_demand == b.runtime_demand

@@ -18,7 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.parser import text_string_to_metric_families
 
 from glmlaunch.config.resolve import resolve_config
-from glmlaunch.watch.commands import plan_context
+from glmlaunch.ledger.inputs import UNCALIBRATED
+from glmlaunch.plan.plan import make_plan
 from glmlaunch.watch.metrics import LABELS, MetricsServer, exposition
 from glmlaunch.watch.ranks import map_ranks
 from glmlaunch.watch.session import Options, Watcher
@@ -34,11 +35,15 @@ def snapshots(name: str) -> Iterator[Any]:
     player = TracePlayer(load_trace(WATCH / f"{name}.json"))
     config = resolve_config(PROFILE, ()).config
     ranks = map_ranks(player.devices, "0", 1)
-    plan = plan_context(
-        config, "h200", total_bytes=ranks[0].device.usable_bytes, calibration=None, message=""
-    )
+    plan = make_plan(config, device_total=ranks[0].device.usable_bytes, inputs=UNCALIBRATED)
     watcher = Watcher(
-        plan, player, ranks, options=Options(settings=Settings(drift_window_s=20)), lines=player, paced=False
+        plan,
+        player,
+        ranks,
+        profile="h200",
+        options=Options(settings=Settings(drift_window_s=20)),
+        lines=player,
+        paced=False,
     )
     while (snap := watcher.step()) is not None:
         yield snap

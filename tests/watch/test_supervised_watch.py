@@ -33,15 +33,15 @@ SESSION = """
 import json, os, signal, sys, threading
 from pathlib import Path
 from glmlaunch.config.resolve import resolve_config
-from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import UNCALIBRATED
+from glmlaunch.plan.plan import make_plan
 from glmlaunch.supervise.session import Launch, supervise
 from glmlaunch.supervise.watching import WatchSetup
 from glmlaunch.watch.trace import load_trace
 
 profile, fake, trace, speed, out = sys.argv[1:6]
 config = resolve_config(profile, ()).config
-budget = compute_budget(config, build_ledger(config))
+plan = make_plan(config, inputs=UNCALIBRATED)
 # vLLM serves until the recorded run has played out, then its caller stops it, as an operator would
 seconds = load_trace(trace).duration_s / float(speed) + 2.0
 threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
@@ -55,7 +55,7 @@ result = supervise(
         inventory=None,
         command_line="vllm serve (fake)",
         watch=WatchSetup(
-            budget=budget, calibration=None, verdict=budget.verdict, metrics_port=0, replay=Path(trace),
+            plan=plan, metrics_port=0, replay=Path(trace),
             replay_speed=float(speed),
         ),
     )

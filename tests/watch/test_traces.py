@@ -14,7 +14,8 @@ from conftest import FIXTURES, REPO, run_cli
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.hardware.memory import MemorySample
-from glmlaunch.watch.commands import plan_context
+from glmlaunch.ledger.inputs import UNCALIBRATED
+from glmlaunch.plan.plan import make_plan
 from glmlaunch.watch.ranks import map_ranks
 from glmlaunch.watch.session import Options, Watcher
 from glmlaunch.watch.states import Settings
@@ -185,13 +186,12 @@ def _watcher(name: str, *, drop_log: bool, settle_s: float = 60.0) -> tuple[Watc
     player = TracePlayer(trace)
     config = resolve_config(PROFILE, ()).config
     ranks = map_ranks(player.devices, "0", config.parallel.tp)
-    plan = plan_context(
-        config, "h200", total_bytes=ranks[0].device.usable_bytes, calibration=None, message=""
-    )
+    plan = make_plan(config, device_total=ranks[0].device.usable_bytes, inputs=UNCALIBRATED)
     watcher = Watcher(
         plan,
         player,
         ranks,
+        profile="h200",
         options=Options(settings=Settings(drift_window_s=20, settle_s=settle_s)),
         lines=player,
         has_ready_signal=bool(trace.log),

@@ -25,9 +25,4 @@ def runtime_demand(ctx: Context) -> RuntimeDemand:
     return RuntimeDemand(tuple(t for src in _SOURCES for t in src.transients(ctx)))
 
 
-def key(ctx: Context) -> tuple[object, ...]:
-    """Everything :func:`runtime_demand` reads (the ledger memoizes on it)."""
-    return tuple(src.key(ctx) for src in _SOURCES)
-
-
-__all__ = ["key", "runtime_demand"]
+__all__ = ["runtime_demand"]

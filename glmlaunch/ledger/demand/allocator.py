@@ -35,7 +35,3 @@ def transients(ctx: Context) -> list[Transient]:
             rounded=False,
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    return (expandable(ctx), ctx.config.lmcache)

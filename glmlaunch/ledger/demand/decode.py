@@ -46,13 +46,3 @@ def transients(ctx: Context) -> list[Transient]:
             origin="calibrated",
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    cfg = ctx.config
-    return (
-        cfg.scheduler.max_num_seqs,
-        cfg.mtp,
-        cfg.scheduler.max_num_batched_tokens,
-        max(ctx.capture_sizes, default=0),
-    )

@@ -33,12 +33,3 @@ def transients(ctx: Context) -> list[Transient]:
             origin="exact",
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    cfg = ctx.config
-    return (
-        cfg.scheduler.prompt_logprobs,
-        cfg.scheduler.max_num_batched_tokens,
-        cfg.model.geometry.vocab_size,
-    )

@@ -38,7 +38,3 @@ def transients(ctx: Context) -> list[Transient]:
             ),
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    return (ctx.config.model.online_quant,)

@@ -21,11 +21,11 @@ def transients(ctx: Context) -> list[Transient]:
     cfg = ctx.config
     rows = cfg.scheduler.max_num_batched_tokens
     growth = term("prefill_growth_bytes_per_token")
-    learned = ctx.calibrated("runtime_prefill_bytes")
+    learned = ctx.inputs.runtime_prefill_bytes
     origin: Origin = "calibrated"
     if learned is not None:
         n = learned
-        why = getattr(ctx.calibration, "runtime_note", None) or "this configuration's serve logs"
+        why = ctx.inputs.runtime_note or "this configuration's serve logs"
         formula = f"learned: {fmt_int(n)}  [{why}]"
     else:
         n = round(growth.value * rows)
@@ -48,11 +48,3 @@ def transients(ctx: Context) -> list[Transient]:
             ),
         )
     ]
-
-
-def key(ctx: Context) -> tuple[object, ...]:
-    return (
-        ctx.config.scheduler.max_num_batched_tokens,
-        ctx.calibrated("runtime_prefill_bytes"),
-        getattr(ctx.calibration, "runtime_note", None),
-    )

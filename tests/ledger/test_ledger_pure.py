@@ -1,7 +1,9 @@
-"""The ledger's memo caches never change an answer: a warm build equals a cold one.
+"""The ledger is a pure function of its configuration and inputs: building another one in between changes
+nothing, and the inputs are part of what it reads.
 
-Each subsystem memoizes on the settings its ``key`` names; a setting it reads but its key forgets would
-make a warm build reuse another configuration's entries. Random pairs of configurations catch that.
+Nothing is memoized across builds (the hand-written memo keys are gone); module state that leaked from one
+build into the next (a cache keyed on too little, an id() reused) would show as a second build of the same
+configuration that differs from the first. Random pairs of configurations catch that.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from hypothesis import strategies as st
 from glmlaunch.config.releases import STACKS
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.ledger import build_ledger, clear_caches
+from glmlaunch.ledger import build_ledger, itemize
 from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.inputs import LedgerInputs
 
 BASES = {name: resolve_config(name).config for name in ("gate", "turnkey", "r12-exl3")}
 
@@ -87,19 +90,20 @@ def snapshot(config: DeploymentConfig) -> tuple[object, ...]:
 
 @settings(max_examples=150, deadline=None)
 @given(configs(), configs())
-def test_warm_build_equals_cold_build(first: DeploymentConfig, second: DeploymentConfig) -> None:
-    clear_caches()
-    cold = snapshot(second)
-    clear_caches()
-    snapshot(first)  # fills the caches with another configuration's entries
-    warm = snapshot(second)
-    assert warm == cold
+def test_a_build_does_not_depend_on_the_one_before(first: DeploymentConfig, second: DeploymentConfig) -> None:
+    alone = snapshot(second)
+    snapshot(first)  # another configuration's build in between
+    again = snapshot(second)
+    assert again == alone
+    # the term model's itemization is the ledger's own, whatever inputs the ledger was built with
+    assert itemize(second) == build_ledger(second).itemized()
 
 
-def test_calibration_is_part_of_the_key() -> None:
+def test_the_inputs_are_read() -> None:
     config = BASES["turnkey"]
-    clear_caches()
     plain = build_ledger(config)
-    calibrated = build_ledger(config, calibration={"activation_bytes": 1 << 30, "kv_bytes_per_token": 30_000})
+    calibrated = build_ledger(config, LedgerInputs(activation_bytes=1 << 30, kv_bytes_per_token=30_000))
     assert plain.entry("activations") != calibrated.entry("activations")
     assert plain.entry("kv_cache") != calibrated.entry("kv_cache")
+    # calibration replaces the residual entries only: the itemized rest is the same
+    assert calibrated.itemized() == plain.itemized() == itemize(config)

@@ -13,9 +13,9 @@ A value is *feasible* exactly when the memory verdict (:mod:`glmlaunch.ledger.ve
 calls a value ok exactly when the search calls it feasible. A ``max_model_len`` request that may not fit
 where that fit rests on estimates (W or the KV bytes per token) is the verdict's caution, not a blocker:
 the search shows it as a caution on every value where it applies, and does not decide on it. Each
-configuration is budgeted with :func:`glmlaunch.ledger.budget.compute_budget` over a ledger built with
-the term model's prediction (:mod:`glmlaunch.calibrate.apply`), as ``plan`` builds it; the model predicts
-every rank alike, so one budget stands for all ranks.
+configuration is planned (:func:`glmlaunch.plan.plan.make_plan`) with the term model's prediction for it
+(:mod:`glmlaunch.calibrate.apply`) as its inputs; the model predicts every rank alike, so one budget stands
+for all ranks. The evaluator keeps each plan by grid index: a bisection asks for some values twice.
 
 Feasibility is monotone in each knob above its lower end (more batched tokens, more pinned KV or a larger
 GMU only ever take memory), so the search is a bisection, and its answer carries its own proof: the best
@@ -37,24 +37,27 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from rich.table import Table
 
 from glmlaunch.calibrate.apply import _with, model_calibration
 from glmlaunch.calibrate.model import TermModel
 from glmlaunch.config import paths
 from glmlaunch.config.limits import MAX_TOKENS
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.config.units import MIB, format_size
-from glmlaunch.errors import ConfigError
-from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.config.units import MIB, format_size, parse_size_option
+from glmlaunch.errors import ConfigError, MarginError
+from glmlaunch.hardware.checks import MemoryInputs
+from glmlaunch.ledger.budget import Budget
+from glmlaunch.ledger.inputs import UNCALIBRATED
 from glmlaunch.ledger.terms import gate_bytes
-from glmlaunch.ledger.verdict import Verdict, judge
+from glmlaunch.ledger.verdict import Verdict
+from glmlaunch.plan.plan import Plan, make_plan
 
 Objective = Literal[
     "max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "min-pool-blocks", "max-gmu", "min-gmu"
@@ -200,13 +203,12 @@ class SearchResult:
 
 
 class Evaluator:
-    """Budgets every rank of one configuration; caches by knob index."""
+    """Plans every rank of one configuration; keeps each evaluation by knob index."""
 
     def __init__(
         self,
         *,
-        total_bytes: int | None,
-        used_by_others: int,
+        memory: MemoryInputs | None,
         required_margin: int,
         model: TermModel | None = None,
         version: str | None = None,
@@ -215,31 +217,27 @@ class Evaluator:
         self.model = model
         self.version = version
         self.limits = budget
-        self.total_bytes = total_bytes
-        self.used_by_others = used_by_others
+        self.memory = memory
         self.required_margin = required_margin
         self.cache: dict[int, Evaluation] = {}
         self.notes: list[str] = []
 
-    def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Budget, object | None]]:
-        cal = model_calibration(config, self.model, version=self.version) if self.model is not None else None
-        budget = compute_budget(
-            config,
-            build_ledger(config, calibration=cal),
-            total_bytes=self.total_bytes,
-            used_by_others=self.used_by_others,
-            calibration=cal,
-        )
-        basis = "term model" if cal is not None else "ledger defaults"
-        return [(f"all {config.parallel.tp} ranks ({basis})", budget, cal)]
+    def _rank_budgets(self, config: DeploymentConfig) -> list[tuple[str, Plan]]:
+        if self.model is not None:
+            inputs, basis = model_calibration(config, self.model, version=self.version), "term model"
+        else:
+            inputs, basis = UNCALIBRATED, "ledger defaults"
+        plan = make_plan(config, memory=self.memory, inputs=inputs)
+        return [(f"all {config.parallel.tp} ranks ({basis})", plan)]
 
     def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
         if index in self.cache:
             return self.cache[index]
         if self.limits is not None:
             self.limits.before_evaluation()
-        budgets = self._rank_budgets(config)
-        checks = tuple(RankCheck(name, b, b.margin, judge(config, b, cal)) for name, b, cal in budgets)
+        plans = self._rank_budgets(config)
+        checks = tuple(RankCheck(name, p.budget, p.budget.margin, p.verdict) for name, p in plans)
+        budgets = [c.budget for c in checks]
         blockers: list[tuple[str, str]] = []
         cautions: list[str] = []
         for c in checks:
@@ -264,11 +262,11 @@ class Evaluator:
             value,
             config,
             checks,
-            min(b.kv for _, b, _ in budgets),
-            max(b.request_bytes for _, b, _ in budgets),
+            min(b.kv for b in budgets),
+            max(b.request_bytes for b in budgets),
             self.required_margin,
             tuple(blockers),
-            min(b.recommended_kv_cache_memory_bytes for _, b, _ in budgets),
+            min(b.recommended_kv_cache_memory_bytes for b in budgets),
             tuple(cautions),
         )
         self.cache[index] = ev
@@ -386,8 +384,7 @@ def search(
     objective: str,
     *,
     calibration_message: str,
-    total_bytes: int | None = None,
-    used_by_others: int = 0,
+    memory: MemoryInputs | None = None,
     min_margin: int | None = None,
     step: int | None = None,
     upper: int | float | None = None,
@@ -398,7 +395,8 @@ def search(
 ) -> SearchResult:
     """Bisection for the largest feasible value of the objective's knob (pure, apart from the ledger).
 
-    Bounded by ``max_evaluations`` budgeted configurations and ``time_limit_s`` seconds of wall time;
+    ``memory``: the device memory an inventory reported (None: the profile's). Bounded by
+    ``max_evaluations`` planned configurations and ``time_limit_s`` seconds of wall time;
     :class:`SearchLimitError` when either is reached first.
     """
     if config.comm.compressed_wire and not config.comm.allow_compressed_wire:
@@ -420,8 +418,7 @@ def search(
 
     def evaluator() -> Evaluator:
         return Evaluator(
-            total_bytes=total_bytes,
-            used_by_others=used_by_others,
+            memory=memory,
             required_margin=required,
             model=model,
             version=version,
@@ -441,7 +438,7 @@ def search(
 
     original = evaluator()
     current_value = _current(config, knob)
-    lo, hi = _range(config, knob, total_bytes=_total(total_bytes, config), upper=upper)
+    lo, hi = _range(config, knob, total_bytes=_total(memory, config), upper=upper)
     base = original.evaluate(-1, config, current_value)
     notes = list(original.notes)
     # Two bisections over [lo, hi] and the proof's neighbour: stop now if they cannot finish in time.
@@ -516,8 +513,8 @@ def _current(config: DeploymentConfig, knob: Knob) -> int | float | None:
     return config.memory.kv_cache_memory_bytes
 
 
-def _total(total_bytes: int | None, config: DeploymentConfig) -> int:
-    return total_bytes if total_bytes is not None else config.hardware.memory_per_gpu
+def _total(memory: MemoryInputs | None, config: DeploymentConfig) -> int:
+    return memory.total_bytes if memory is not None else config.hardware.memory_per_gpu
 
 
 def _range(
@@ -806,3 +803,249 @@ def result_document(result: SearchResult, *, overlay: Path | None) -> dict[str, 
         "notes": list(result.notes),
         "overlay": str(overlay) if overlay is not None else None,
     }
+
+
+def search_tables(result: SearchResult) -> list[Table]:
+    """The settings diff, the proof (best and the next step past it), and the predicted memory map at the
+    best; when nothing fits, only the values tried and what blocks them (there is nothing to prove)."""
+    knob = result.knob
+    tables: list[Table] = []
+    diff = changes(result)
+    if diff:
+        table = Table(title=f"settings diff ({result.objective})", expand=False)
+        for col in ("setting", "profile", "calibrated"):
+            table.add_column(col, no_wrap=True)
+        for key, (old, new) in diff.items():
+            shown_old = knob.show(old) if key == knob.key else ("unset" if old is None else str(old))
+            shown_new = knob.show(new) if key == knob.key else ("unset" if new is None else str(new))
+            table.add_row(key, shown_old, shown_new)
+        tables.append(table)
+
+    lowest = result.objective in LOWEST
+    side = "down" if lowest else "up"
+    rows: list[tuple[str, Evaluation | None]] = [("profile", result.original)]
+    best = result.best
+    if best is None:
+        title = f"no value of {knob.key} fits; the values that came closest, and what blocks them"
+        rows.append((result.bound_label or "closest tried", result.lower_bound))
+    else:
+        shown = knob.show(best.value)
+        if result.next_up is not None:
+            up = knob.show(result.next_up.value)
+            if lowest:
+                title = f"proof: the verdict is ok at {shown}, not at the next step down, {up}"
+            else:
+                title = f"proof: {shown} fits, the next step up, {up}, does not"
+        else:
+            title = f"{shown} fits and is the end of the searched range: there is no step {side} to try"
+        rows += [("best", best), (f"next step {side}", result.next_up)]
+    proof = Table(title=title, expand=False)
+    findings_col = "blocked by; cautions"
+    for col in ("", knob.key, "feasible", "min rank margin", "KV / rank", "one request", findings_col):
+        proof.add_column(col, no_wrap=col != findings_col)  # figures whole (output.fit), findings wrap
+    for label, ev in rows:
+        if ev is None:
+            continue
+        # "feasible" is the verdict's ok; a caution (an unconfirmed request fit) is shown, never decisive
+        findings = [*ev.reasons, *(f"caution: {c}" for c in ev.cautions)]
+        proof.add_row(
+            label,
+            knob.show(ev.value),
+            "yes" if ev.feasible else "no",
+            format_size(ev.min_margin),
+            format_size(ev.kv_bytes),
+            format_size(ev.request_bytes),
+            "; ".join(findings) or "—",
+        )
+    if best is not None:
+        proof.caption = f"confidence: {best.verdict.confidence_text()}"
+    tables.append(proof)
+    if best is not None:
+        tables.append(memory_map(best))
+    return tables
+
+
+_MAP_TERMS: tuple[tuple[str, str], ...] = (
+    ("U_oth", "others"),
+    ("U_pre", "pre-snapshot"),
+    ("W", "weights"),
+    ("P", "activation"),
+    ("N", "non-torch"),
+    ("G_e", "graphs"),
+    ("KV", "KV cache"),
+    ("X", "unbudgeted"),
+    ("margin", "margin"),
+)
+
+
+def memory_map(ev: Evaluation, *, width: int = 40) -> Table:
+    """Per rank: every budget term and a proportional bar (one letter per term) of the device."""
+    table = Table(title="predicted memory map per rank (T = device total)", expand=False)
+    table.add_column("rank", no_wrap=True)
+    for key, _ in _MAP_TERMS:
+        table.add_column(key, no_wrap=True, justify="right")
+    table.add_column("map: o U w P n g K x .", no_wrap=True)
+    letters = {"U_oth": "o", "U_pre": "U", "W": "w", "P": "P", "N": "n", "G_e": "g", "KV": "K", "X": "x"}
+    for r in ev.ranks:
+        terms = dict(r.budget.terms)
+        terms["KV"] = ev.kv_bytes
+        terms["margin"] = r.margin
+        total = max(1, terms["T"])
+        # at least one cell per non-zero term, so small pools stay visible next to 83 GiB of weights
+        bar = "".join(
+            letter * max(1 if terms[key] > 0 else 0, round(width * terms[key] / total))
+            for key, letter in letters.items()
+        )
+        bar += "." * max(0, round(width * terms["margin"] / total))
+        table.add_row(r.rank, *(format_size(terms[k]) for k, _ in _MAP_TERMS), bar)
+    return table
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def run_search(
+    profile: str | None,
+    overrides: Sequence[str],
+    *,
+    objective: str,
+    min_margin: str | None,
+    step: int | None,
+    upper: str | None,
+    inventory_file: Path | None,
+    output: Path | None,
+    write: bool,
+    as_json: bool,
+    command: str,
+    force: bool = False,
+) -> SearchResult:
+    """Resolve, find the calibration, search, write the overlay, render; MarginError when nothing fits."""
+    from glmlaunch.calibrate.store import Store
+    from glmlaunch.config.commands import resolve
+    from glmlaunch.files import check_writable_target, refuse_existing
+    from glmlaunch.output import fit, note, out_console, out_json, out_text, warn
+
+    # The options are read before any work: a bad --min-margin fails first, with nothing said before it.
+    margin = _size_option("--min-margin", min_margin)
+    top = _upper_option(objective, upper)
+    resolved = resolve(profile, overrides)
+    config = resolved.config
+    path: Path | None = None
+    if write:
+        # One rule for every output file (profiles import too): an existing one only with --force,
+        # refused before the search runs.
+        path = output or Path(f"{resolved.profile_name}-{objective}.yaml")
+        check_writable_target(path, key="--output")
+        refuse_existing(path, key="--output", force=force)
+    memory: MemoryInputs | None = None
+    used = 0
+    if inventory_file is not None:
+        from glmlaunch.hardware.checks import group_memory
+        from glmlaunch.hardware.probe import get_inventory
+
+        memory = group_memory(config, get_inventory(inventory_file))
+        if memory is not None:
+            used = memory.used_by_others
+            note(
+                f"device total {format_size(memory.total_bytes)}, {format_size(used)} held by others "
+                "(from the inventory)"
+            )
+    from glmlaunch.calibrate.apply import say_calibration
+    from glmlaunch.calibrate.learn import learn, target_version
+
+    store = Store.default()
+    loaded = store.load()
+    for w in loaded.warnings:
+        warn(w)
+    learned = learn(config, loaded.records)
+    # the calibration the profile's own plan uses, as plan says it; each searched value is planned with
+    # the term model's prediction for it
+    use = make_plan(config, store=store).calibration
+    assert use is not None  # make_plan looked the calibration up
+    message = use.message
+    if learned.model is None:
+        warn(use.headline + " (the search runs on the ledger's defaults)")
+        for skipped in use.skipped:
+            note(f"  skipped {skipped}")
+    else:
+        say_calibration(use, say=note)
+        if used:
+            note(
+                "the boot's T - F0 already holds what other processes used then; the memory they hold now "
+                "is charged again on top (conservative when they are the same processes)"
+            )
+    result = search(
+        config,
+        objective,
+        model=learned.model,
+        version=target_version(config),
+        calibration_message=message,
+        memory=memory,
+        min_margin=margin,
+        step=step,
+        upper=top,
+    )
+    for line in result.notes:
+        note(line)
+    if result.best is not None and path is not None:
+        chain = resolved.profile_chain
+        extends = chain[-1].name if chain and chain[-1].builtin else str(chain[-1].path.resolve())
+        write_overlay(path, overlay_yaml(result, extends=extends, command=command))
+        note(f"wrote the calibrated overlay profile {path} (extends {extends}); use it with -p {path}")
+    elif path is not None:
+        path = None  # nothing fits: nothing was written
+    if as_json:
+        out_json(result_document(result, overlay=path))
+    else:
+        for table in search_tables(result):
+            out_console.print(fit(table))
+    if result.best is not None:
+        if not changes(result):
+            note(
+                f"nothing to change: the profile's {result.knob.key} "
+                f"{result.knob.show(result.original.value)} is already the best"
+            )
+        pinned = (
+            result.best.value
+            if result.objective == "max-kv-bytes"
+            else result.best.recommended_kv_cache_memory_bytes
+        )
+        if not as_json:  # data: on stdout, as in the JSON (kv_cache_memory_bytes)
+            out_text(
+                f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)"
+            )
+    else:
+        first, last = (result.knob.show(v) for v in (result.range_start, result.range_end))
+        raise MarginError(
+            f"no value of {result.knob.key} from {first} to {last} fits: {result.blocked_text()}",
+            key=result.knob.key,
+            hint=_no_fit_hint(result),
+        )
+    return result
+
+
+def _no_fit_hint(result: SearchResult) -> str:
+    return "; ".join(no_fit_hints(result))
+
+
+def _size_option(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    # `--min-margin 1` meant 1 GiB, never 1 byte: the same rule as plan's --gpu-memory
+    return parse_size_option(value, key=name, what="a size")
+
+
+def _upper_option(objective: str, value: str | None) -> int | float | None:
+    if value is None:
+        return None
+    if objective in ("max-gmu", "min-gmu"):
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError("not a number", key="--max", value=value) from None
+    if objective == "max-kv-bytes":
+        return _size_option("--max", value)
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError("not a whole number of tokens", key="--max", value=value) from None

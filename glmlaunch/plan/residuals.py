@@ -45,15 +45,14 @@ def _prediction_config(config: DeploymentConfig, record: Calibration) -> Deploym
 def compute_residuals(config: DeploymentConfig, record: Calibration) -> dict[str, Any]:
     from glmlaunch.calibrate.apply import model_calibration
     from glmlaunch.calibrate.rigdefaults import rig_prior
-    from glmlaunch.ledger import build_ledger
-    from glmlaunch.ledger.budget import compute_budget
+    from glmlaunch.ledger.inputs import UNCALIBRATED
+    from glmlaunch.plan.plan import make_plan
 
     cfg = _prediction_config(config, record)
     # What glmlaunch would have said without any record: the rig defaults where they apply, else the ledger's.
     prior = rig_prior(cfg)
     cal = model_calibration(cfg, prior, version=cfg.vllm_version) if prior is not None else None
-    ledger = build_ledger(cfg, calibration=cal)
-    budget = compute_budget(cfg, ledger, calibration=cal)
+    budget = make_plan(cfg, inputs=cal or UNCALIBRATED).budget
     ranks: list[dict[str, Any]] = []
     t = budget  # ranks are alike in the ledger; the budget's terms include the term model's
     for obs, logged in zip(record.boot.ranks, record.ranks, strict=True):

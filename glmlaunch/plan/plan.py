@@ -1,0 +1,145 @@
+"""The plan of one configuration: the one typed object every command, the preflight, serve and watch use.
+
+:func:`make_plan` is the only place that chains the stages below it: the calibration (the term model
+fitted on the stored records, ``glmlaunch.calibrate.apply``), the ledger built with those inputs, vLLM's
+budget over it (on the measured device memory where the hardware was read) and the verdict. A
+:class:`Plan` is frozen: what a command prints, a check row renders, serve judges and watch compares with
+are the same figures.
+
+The runtime evidence of the stored serve logs (an OOM or a free-memory reading after ready of this very
+configuration) is applied here: what it proves is a floor on the demand *relative to the plan's margin*,
+so it needs the plan's own ledger and budget (``calibrate.apply.raise_by_evidence``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.errors import ConfigError
+from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
+from glmlaunch.ledger.budget import Budget, compute_budget
+from glmlaunch.ledger.inputs import LedgerInputs
+from glmlaunch.ledger.model import Ledger
+from glmlaunch.ledger.verdict import Verdict, judge
+
+if TYPE_CHECKING:
+    from glmlaunch.calibrate.apply import CalibrationUse
+    from glmlaunch.calibrate.store import Store
+    from glmlaunch.hardware.checks import MemoryInputs
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A configuration's ledger, budget and verdict, with the inputs they were computed from."""
+
+    config: DeploymentConfig
+    inputs: LedgerInputs
+    ledger: Ledger
+    budget: Budget
+    verdict: Verdict
+    #: the measured device memory the budget used (None: the profile's hardware.memory_per_gpu, nothing
+    #: held by others)
+    memory: MemoryInputs | None = None
+    #: how the inputs were found: the records applied, the rig defaults or none, and what was skipped
+    #: (None: the caller gave the inputs)
+    calibration: CalibrationUse | None = None
+
+    @property
+    def message(self) -> str:
+        """Which calibration the figures use, in words ("" when the caller gave the inputs)."""
+        return self.calibration.message if self.calibration is not None else ""
+
+    @property
+    def headline(self) -> str:
+        """:attr:`message` without the skipped records it names."""
+        use = self.calibration
+        return (use.headline or use.message) if use is not None else ""
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What reading the calibration records found wrong (corrupt or foreign files)."""
+        return self.calibration.warnings if self.calibration is not None else ()
+
+    def on_memory(self, memory: MemoryInputs | None) -> Plan:
+        """This plan budgeted on measured device memory (None: the profile's): the same inputs and ledger,
+        the budget and the verdict again."""
+        if memory is None and self.memory is None:
+            return self
+        budget, verdict = _judged(self.config, self.ledger, memory)
+        return replace(self, memory=memory, budget=budget, verdict=verdict)
+
+    def with_config(self, config: DeploymentConfig) -> Plan:
+        """``config`` planned with this plan's inputs, memory and library: a fix or a search step."""
+        return make_plan(config, memory=self.memory, inputs=self.inputs, library=self.ledger.library)
+
+
+def check_library(library: str) -> str:
+    if library not in LIBRARY_CHOICES:
+        raise ConfigError("unknown library source", key="--library", value=library, allowed=LIBRARY_CHOICES)
+    return library
+
+
+def with_device_total(config: DeploymentConfig, total: int) -> DeploymentConfig:
+    """``config`` on a device of ``total`` bytes: the KV entry is sized against T, so the ledger sees the
+    same total as the budget."""
+    return config.model_copy(
+        update={"hardware": config.hardware.model_copy(update={"memory_per_gpu": total})}
+    )
+
+
+def make_plan(
+    config: DeploymentConfig,
+    *,
+    memory: MemoryInputs | None = None,
+    store: Store | None = None,
+    inputs: LedgerInputs | None = None,
+    device_total: int | None = None,
+    library: str = "builtin",
+) -> Plan:
+    """Calibrate, build the ledger, budget and judge ``config``.
+
+    * ``memory``: the device memory the hardware check read on the tightest GPU (T and what others hold):
+      the budget uses it; the ledger keeps the profile's ``hardware.memory_per_gpu``.
+    * ``store``: the calibration records (default: the cache's); ignored when ``inputs`` are given.
+    * ``inputs``: ledger inputs decided by the caller (a search step, a fix under a proven demand, a test):
+      no calibration lookup.
+    * ``device_total``: plan for a device of this many bytes (``plan --gpu-memory``, the GPUs ``watch``
+      reads): ledger and budget both; the calibration is fitted for ``config`` as given.
+    * ``library``: where layouts come from (``builtin``, ``b12x``, ``auto``).
+    """
+    library = check_library(library)
+    use = None
+    if inputs is None:
+        use = _calibrate(config, store)
+        inputs = use.inputs
+    planned = config if device_total is None else with_device_total(config, device_total)
+    ledger = build_ledger(planned, inputs, library=library)
+    budget, verdict = _judged(planned, ledger, memory)
+    return Plan(planned, inputs, ledger, budget, verdict, memory, use)
+
+
+def _judged(config: DeploymentConfig, ledger: Ledger, memory: MemoryInputs | None) -> tuple[Budget, Verdict]:
+    budget = compute_budget(
+        config,
+        ledger,
+        total_bytes=memory.total_bytes if memory is not None else None,
+        used_by_others=memory.used_by_others if memory is not None else 0,
+    )
+    return budget, judge(config, ledger, budget)
+
+
+def _calibrate(config: DeploymentConfig, store: Store | None) -> CalibrationUse:
+    from glmlaunch.calibrate.apply import calibration_for, raise_by_evidence
+
+    use = calibration_for(config, store=store)
+    if not use.evidence:
+        return use
+    # the evidence is read against the plan of the configuration as calibrated (its own T)
+    ledger = build_ledger(config, use.inputs)
+    raised = raise_by_evidence(ledger, compute_budget(config, ledger), use.evidence)
+    if raised is None:
+        return use
+    inputs, said = raised
+    return replace(use, inputs=inputs, message=f"{use.message}; {said}")
