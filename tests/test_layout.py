@@ -17,7 +17,8 @@ the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
 ``errors.py`` and ``output.py`` are shared by every stage; ``output`` reads two names from the one registry
 (``config.registry``) and nothing else.
 
-Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``.
+Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``. The import check
+cannot see a dependency passed as ``object`` and read with ``getattr``: the typing check below refuses it.
 """
 
 from __future__ import annotations
@@ -157,3 +158,117 @@ def test_files_imports_only_errors() -> None:
     """glmlaunch.files is the writer every stage uses: it must not pull any stage in. It may use
     glmlaunch.output, the other shared module, whose escaping and masking rule its headers follow."""
     assert import_graph()["glmlaunch.files"] <= {"glmlaunch.errors", "glmlaunch.output"}
+
+
+# --- stage objects are typed: no `object` where another stage's type belongs ---------------------------
+#
+# A stage that takes another stage's object as `object` (and reads it with getattr) hides the dependency
+# from mypy and from the import check above (issue 28: the calibration crossed the ledger boundary as
+# `object | None`). So a parameter or a class field may be typed `object` (alone or `| None`) only when it
+# holds a value of any kind: what a user or a file wrote, a JSON node, a printed value (VALUE_NAMES), values
+# passed on unread (`*args` / `**kwargs`), or a foreign library's handle in the modules that wrap that
+# library (FOREIGN). Whatever is named like a stage object may be neither `object` nor `Any`: name its type.
+
+#: names whose `object` type means "any value": validated, printed or walked, never read as a stage's object
+VALUE_NAMES = frozenset({"value", "item", "key", "node"})
+#: (module, function, parameter): handles of a foreign library (torch, b12x) or of the interpreter
+FOREIGN = frozenset(
+    {
+        ("glmlaunch.ledger.b12x_bridge", "_SlabRecorder._allocate_shared_buffer", "exchange_group"),
+        ("glmlaunch.ledger.b12x_bridge", "_SlabRecorder._allocate_shared_buffer", "ipc"),
+        ("glmlaunch.preflight.backends.b12x", "CpuChannel.capture", "stream"),
+        ("glmlaunch.preflight.backends.replay", "ReplayBackend._exchange", "local"),
+        ("glmlaunch.preflight.launcher", "_signals_raise.handler", "_frame"),
+    }
+)
+#: names of the objects on the arrows between stages: never `object` or `Any`, whatever the module
+STAGE_OBJECT_NAMES = frozenset({"calibration", "cal", "inputs", "ledger", "budget", "verdict", "plan"})
+
+
+def _loose(annotation: ast.expr | None) -> str | None:
+    """``object`` / ``Any`` when the annotation is one of them, alone or with ``| None`` / ``Optional``."""
+    if annotation is None:
+        return None
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.Name):
+        return annotation.id if annotation.id in ("object", "Any") else None
+    if isinstance(annotation, ast.Attribute):  # typing.Any
+        return "Any" if annotation.attr == "Any" else None
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [annotation.left, annotation.right]
+        loose = [x for x in (_loose(s) for s in sides) if x]
+        nones = [s for s in sides if isinstance(s, ast.Constant) and s.value is None]
+        return loose[0] if len(loose) == 1 and len(nones) == 1 else None
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
+        return _loose(annotation.slice) if annotation.value.id == "Optional" else None
+    return None
+
+
+def loosely_typed(module: str, source: str) -> list[str]:
+    """Every parameter and class field of ``source`` typed ``object`` or ``Any`` that the rule refuses."""
+    bad: list[str] = []
+
+    def judge(where: str, name: str, annotation: ast.expr | None, lineno: int, *, star: bool = False) -> None:
+        loose = _loose(annotation)
+        if loose is None:
+            return
+        if name in STAGE_OBJECT_NAMES:
+            bad.append(f"{module}:{lineno} {where}({name}: {loose}): a stage object: name its type")
+        elif loose == "object" and not (star or name in VALUE_NAMES or (module, where, name) in FOREIGN):
+            bad.append(f"{module}:{lineno} {where}({name}: object): name the type, or see VALUE_NAMES")
+
+    def visit(node: ast.AST, scope: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                for st in child.body:
+                    if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+                        judge(".".join([*scope, child.name]), st.target.id, st.annotation, st.lineno)
+                visit(child, [*scope, child.name])
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                where = ".".join([*scope, child.name])
+                if child.name in STAGE_OBJECT_NAMES and _loose(child.returns):  # a property, a getter
+                    bad.append(f"{module}:{child.lineno} {where}() -> {_loose(child.returns)}: name its type")
+                a = child.args
+                for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                    judge(where, arg.arg, arg.annotation, child.lineno)
+                for arg in (a.vararg, a.kwarg):
+                    if arg is not None:
+                        judge(where, arg.arg, arg.annotation, child.lineno, star=True)
+                visit(child, [*scope, child.name])
+            else:
+                visit(child, scope)
+
+    visit(ast.parse(source), [])
+    return bad
+
+
+def test_no_stage_takes_another_stages_object_as_object() -> None:
+    bad = [b for mod, path in sorted(modules().items()) for b in loosely_typed(mod, path.read_text("utf-8"))]
+    assert bad == []
+
+
+def test_the_typing_check_catches_an_untyped_stage_object() -> None:
+    source = (
+        "from typing import Any, Optional\n"
+        "def build(config: object, *, calibration: object | None = None) -> None: ...\n"
+        "class Run:\n"
+        "    plan: 'Any'\n"
+        "    @property\n"
+        "    def calibration(self) -> object | None: ...\n"
+        "    def fix(self, found: Optional[object], value: object, *rest: object) -> None: ...\n"
+        "    def run(self, **calibration: object) -> None: ...\n"
+        "def fine(value: object, key: object | None, calibration: 'LedgerInputs') -> None: ...\n"
+    )
+    found = loosely_typed("glmlaunch.plan.x", source)
+    assert [f.split(" ", 1)[1].split(":")[0] for f in found] == [
+        "build(config",
+        "build(calibration",
+        "Run(plan",
+        "Run.calibration() -> object",
+        "Run.fix(found",
+        "Run.run(calibration",
+    ]
