@@ -189,6 +189,9 @@ class StageRecord(Generic[D]):
     detail: str = ""
     #: what a real launch stops with at this stage (status error, or note where a dry run need not stop)
     error: GlmlaunchError | None = None
+    #: what the dry run itself stops with here where that is not ``error`` (a note for the dry run): the
+    #: preflight's weights are missing (the launch's 10) and no GPU could run it (the dry run's 8)
+    dry_error: GlmlaunchError | None = None
     #: False: the stage did not run (skipped), and ``detail`` says why
     ran: bool = True
     messages: tuple[Message, ...] = ()
@@ -483,10 +486,15 @@ def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
     parts = [skip, weights.line()]
     if forecast is not None:
         parts.append(f"a real launch runs it and stops: {forecast.message}")
-    error = weights.error or forecast
-    if error is None:
-        return StageRecord("preflight", "note", nothing, "; ".join(parts), ran=False)
-    return StageRecord("preflight", "error", nothing, "; ".join(parts), error, ran=False)
+    detail = "; ".join(parts)
+    if weights.error is None:
+        if forecast is None:
+            return StageRecord("preflight", "note", nothing, detail, ran=False)
+        return StageRecord("preflight", "error", nothing, detail, forecast, ran=False)
+    # Missing weights are what a dry run is for (issue 27: a note, like a missing vLLM): the record carries
+    # the launch's error, so would_start and exit_code say what the real launch would do (it checks the
+    # weights before it starts the preflight); the dry run stops only for what it cannot forecast past.
+    return StageRecord("preflight", "note", nothing, detail, weights.error, ran=False, dry_error=forecast)
 
 
 def preflight_on_gpus(
@@ -681,7 +689,12 @@ class ServePlan:
     @property
     def dry_run_failure(self) -> GlmlaunchError | None:
         """The error the dry run stops with: the first blocking stage's that is not a note."""
-        return next((s.error for s in self.blocking if s.status == "error"), None)
+        for s in self.blocking:
+            if s.dry_error is not None:
+                return s.dry_error
+            if s.status == "error":
+                return s.error
+        return None
 
     def to_json(self) -> dict[str, Any]:
         dry_failure = self.dry_run_failure

@@ -109,10 +109,12 @@ def test_serve_refuses_missing_weights_naming_fetch_and_fetches_them_with_fetch(
     if not no_nvml():
         pytest.skip("this machine has an NVIDIA driver: the real preflight would run")
     base = ["-p", str(profile(tmp_path)), "--set", FITS, "--inventory", str(INVENTORY)]
-    # the dry run states the weights check, and the real launch does what it said
+    # the dry run states the weights check (a note: it goes on, and stops at the GPU preflight this
+    # machine cannot run), and the real launch does what it said
     dry = serve(*base, "--dry-run", "--json", env=env)
     doc = json.loads(dry.stdout)
-    assert dry.returncode == doc["exit_code"] == 10, dry.stderr
+    assert doc["exit_code"] == 10 and not doc["would_start"], dry.stderr
+    assert dry.returncode == doc["dry_run_exit_code"] == 8, dry.stderr
     assert doc["blocking"][0]["stage"] == "preflight"
     hint = f"hint: fetch it first: glmlaunch fetch -p {tmp_path / 'tiny.yaml'} with the same --set options"
     assert hint in doc["blocking"][0]["error"]

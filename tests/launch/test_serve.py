@@ -626,9 +626,10 @@ def _no_nvml() -> bool:
         (False, [], 6, "resolve", 8),
         (True, [], 8, "check", 8),  # no NVML here: nothing to check
         # the inventory stands in for the check; the preflight stage's first step, the weights check,
-        # stops it: the checkpoint is not on disk here and --fetch was not given
-        (False, ["--inventory", str(INVENTORY)], 6, "resolve", 10),
-        (True, ["--inventory", str(INVENTORY)], 10, "preflight", 10),
+        # stops the real launch (the checkpoint is not on disk here, --fetch not given): a note for the
+        # dry run, which stops at the preflight it cannot run here (no GPU: 8)
+        (False, ["--inventory", str(INVENTORY)], 6, "resolve", 8),
+        (True, ["--inventory", str(INVENTORY)], 10, "preflight", 8),
         (True, ["--inventory", str(INVENTORY), "--skip-preflight"], 0, None, 0),
         # a planning machine without vLLM: the dry run exits 0, the real launch 6
         (False, ["--inventory", str(INVENTORY), "--skip-preflight"], 6, "resolve", 0),
