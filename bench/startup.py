@@ -10,7 +10,9 @@ untimed warm-up run each. Runs are interleaved (round r runs every command once)
 shared machine shifts every command alike; the table gives min / median / max in milliseconds and, what
 the targets are about, each median as a ratio to two baselines measured in the same rounds: the bash chain
 and ``python -c pass`` (the interpreter's own start). Absolute times on a shared 2-core VM move by 2x with
-its load; the ratios of one run do not.
+its load; the ratios of one run do not. Under a load that changes within a run, the verdict lines also give
+each command's ratio paired by round (the median over rounds of that round's command / baseline time), and
+with ``--before`` each command's after / before ratio paired the same way.
 
 Targets (issues 11 and 22, "Start-up"): `glmlaunch env -p r12-exl3` and `glmlaunch args -p r12-exl3` (the
 preset the chain runs) at most 10x the old chain's full ``DRY_RUN=1``; `glmlaunch plan` at most 14x it
@@ -203,10 +205,13 @@ def main() -> None:
     for name, limit in RATIO_TARGETS.items():
         median = statistics.median(times[name])
         against_python = f"; {median / python_median:.1f}x python -c pass"
+        if f"{name} (before)" in times:
+            against_python += f"; {paired(times[name], times[f'{name} (before)']):.2f}x before, paired"
         if chain_median:
             ratio = median / chain_median
             verdicts.append(
                 f"{name} {ratio:.1f}x the bash chain (target <= {limit:g}x): {_met(ratio <= limit)}"
+                f" ({paired(times[name], times['chain']):.1f}x paired by round)"
                 + against_python
             )
         else:
@@ -215,6 +220,11 @@ def main() -> None:
         print(f"- {line}")
     if args.json:
         print(json.dumps({name: [round(x, 2) for x in t] for name, t in times.items()}))
+
+
+def paired(times: list[float], baseline: list[float]) -> float:
+    """The median over rounds of one round's time over the baseline's in the same round."""
+    return statistics.median(t / b for t, b in zip(times, baseline, strict=True))
 
 
 def _met(ok: bool) -> str:

@@ -18,12 +18,12 @@ Exit: a worker failure, a leak, or a disagreement beyond tolerance -> PREFLIGHT 
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.errors import ExitCode, GlmlaunchError, MarginError, PreflightError
+from glmlaunch.ledger.budget import compute_budget
 from glmlaunch.ledger.model import Entry
 from glmlaunch.output import err_console, out_json, out_text
 from glmlaunch.preflight.api import PreflightRun
@@ -217,34 +217,13 @@ def _margin(run: PreflightRun, ranks: list[RankSummary]) -> dict[str, Any]:
     total = worst.total_bytes or 0
     f0 = worst.f0_bytes or 0
     out.update(total_bytes=total, f0_bytes=f0, u_pre_plus_others=total - f0)
-    try:
-        budget_mod = importlib.import_module("glmlaunch.ledger.budget")
-    except ImportError:
-        out["status"] = "budget model unavailable (glmlaunch.ledger.budget missing)"
-        return out
-    budget = budget_mod.compute_budget(cfg, run.ledger, total_bytes=total, used_by_others=0)
-    out["budget"] = _jsonable(budget)
-    margin = getattr(budget, "margin", None)
-    predicted_f0 = getattr(budget, "f0", None)
-    if isinstance(margin, int) and isinstance(predicted_f0, int):
-        # The budget's U_pre is modelled; replace it with what this card measured.
-        measured_margin = margin - (predicted_f0 - f0)
-        out.update(predicted_f0_bytes=predicted_f0, margin_bytes=measured_margin,
-                   status="ok" if measured_margin >= cfg.memory.min_margin else "below minimum")
-    else:
-        out["status"] = "budget model returned no margin"
+    budget = compute_budget(cfg, run.ledger, total_bytes=total, used_by_others=0)
+    out["budget"] = budget._asdict()
+    # The budget's U_pre is modelled; replace it with what this card measured.
+    measured_margin = budget.margin - (budget.f0 - f0)
+    out.update(predicted_f0_bytes=budget.f0, margin_bytes=measured_margin,
+               status="ok" if measured_margin >= cfg.memory.min_margin else "below minimum")
     return out
-
-
-def _jsonable(obj: Any) -> Any:
-    as_dict = getattr(obj, "_asdict", None)  # the budget is a NamedTuple
-    if callable(as_dict):
-        return dict(as_dict())
-    try:
-        return asdict(obj)
-    except TypeError:
-        dump = getattr(obj, "model_dump", None)
-        return dump(mode="json") if callable(dump) else str(obj)
 
 
 def build_report(run: PreflightRun) -> PreflightReport:

@@ -19,11 +19,16 @@ its expected time is a hang: said once, kept for the diagnosis, never acted on (
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from glmlaunch.vllmlog.events import GRAPHS_CAPTURED, KV_CACHE_SIZED, STARTUP_COMPLETE, WEIGHTS_LOADED
+from glmlaunch.vllmlog.events import (
+    GRAPHS_CAPTURED,
+    KV_CACHE_SIZED,
+    STARTUP_COMPLETE,
+    WEIGHTS_LOADED,
+    milestone_of,
+)
 
 #: (phase, the line that ends it, whether every rank writes it)
 MARKERS: tuple[tuple[str, str, bool], ...] = (
@@ -34,7 +39,6 @@ MARKERS: tuple[tuple[str, str, bool], ...] = (
 )
 PHASES: tuple[str, ...] = tuple(name for name, _, _ in MARKERS)
 _PHASE_OF = {text: name for name, text, _ in MARKERS}
-_MARKER_RE = re.compile("|".join(re.escape(text) for _, text, _ in MARKERS))
 
 #: Seconds each phase may take before it counts as a hang, without an earlier boot to go by.
 DEFAULT_EXPECTED_S: dict[str, float] = {
@@ -90,10 +94,10 @@ class Timeline:
 
     def see(self, line: str, t: float) -> str | None:
         """Record the marker ``line`` holds (if any) at ``t``; return its phase."""
-        m = _MARKER_RE.search(line)
-        if m is None:
+        marker = milestone_of(line)
+        if marker is None:
             return None
-        name = _PHASE_OF[m.group(0)]
+        name = _PHASE_OF[marker]
         self.first.setdefault(name, t)
         self.last[name] = t
         return name

@@ -31,6 +31,16 @@ STARTUP_COMPLETE = "Application startup complete"
 #: the API server starting (vLLM says it before startup completes)
 API_SERVER_START = "Starting vLLM API server"
 READY_RE = re.compile(f"{STARTUP_COMPLETE}|{API_SERVER_START}")
+#: the milestones in the order a boot passes them
+MILESTONES = (WEIGHTS_LOADED, KV_CACHE_SIZED, GRAPHS_CAPTURED, STARTUP_COMPLETE)
+_MILESTONE_RE = re.compile("|".join(re.escape(m) for m in MILESTONES))
+
+
+def milestone_of(text: str) -> str | None:
+    """The milestone (one of :data:`MILESTONES`) a log line states, or None."""
+    m = _MILESTONE_RE.search(text)
+    return m.group(0) if m else None
+
 
 # --- out of memory --------------------------------------------------------------------------------
 

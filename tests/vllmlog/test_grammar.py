@@ -161,6 +161,10 @@ def test_the_milestones_come_in_the_order_the_timeline_expects() -> None:
         assert seen[0] >= 0, path.name  # every boot loaded its weights
     # the complete boot passes all four
     assert all(raw(BASELINE).find(m) >= 0 for m in order)
+    assert list(events.MILESTONES) == order
+    # each milestone line is read as its milestone (the timeline's phases), other lines as none
+    assert [events.milestone_of(first_line(BASELINE, m)) for m in order] == order
+    assert events.milestone_of(first_line(BASELINE, "Available KV cache memory")) is None
 
 
 def test_pytorchs_oom_message_is_one_runtime_event() -> None:
