@@ -268,7 +268,8 @@ def with_demand_floor(ledger: Ledger, floor: int, note: str) -> LedgerInputs | N
     ``floor`` bytes (what one OOM or free-memory reading after ready proves, as :func:`raise_by_evidence`
     reads them); None when the ledger's demand already is that large. ``note`` says where the floor comes
     from."""
-    base = ledger.inputs if ledger.inputs != UNCALIBRATED else LedgerInputs(record_id="runtime-evidence")
+    # uncalibrated inputs are named for the evidence; the checkpoint on disk stays with them
+    base = ledger.inputs if ledger.inputs.calibrated else replace(ledger.inputs, record_id="runtime-evidence")
     growth, others = prefill_split(ledger)
     needed = floor - others
     if needed <= growth:

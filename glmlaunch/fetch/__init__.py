@@ -19,6 +19,7 @@ config, the ledger (the payload's per-rank figure) and nothing later.
   result the plan can price the weights from.
 * :mod:`.run`: the fetch itself, in order: identity, metadata, space, stamp, download, verify, stamp.
 * :mod:`.status`: ``serve``'s weights check (part of its preflight stage): present, or fetched with
-  ``--fetch``, or a refusal naming ``glmlaunch fetch``.
+  ``--fetch``, or a refusal naming ``glmlaunch fetch``; and the checkpoint as the plan prices W from it
+  (``checkpoint_on_disk``: its verified payload, or why it is ignored).
 * :mod:`.commands`: ``glmlaunch fetch``'s output (text and ``--json``).
 """

@@ -1,27 +1,43 @@
 """What a fetched checkpoint is (:class:`FetchedCheckpoint`), and the safetensors payload of its weights.
 
 :class:`WeightsPayload` is read from the fetched files' own safetensors headers (the tensor bytes each
-header declares: ``glmlaunch.ledger.weights.safetensors_bytes``), never from file names. What it can say per
-rank honestly is the ledger's payload estimate (:func:`glmlaunch.ledger.weights.payload_figure`): the payload
-split over TP as the checkpoint splits (the replicated BF16 tensors whole on every rank), plus the measured
+header declares: :func:`safetensors_bytes`), never from file names. What it can say per rank honestly is the
+ledger's payload estimate (:func:`glmlaunch.ledger.weights.payload_figure`): the payload split over TP as
+the checkpoint splits (the replicated BF16 tensors whole on every rank), plus the measured
 payload-to-loaded offset. A documented or calibrated W (a real boot's "Model loading took") is better than
 that estimate, and the ledger keeps it so.
 
-How the plan uses it: a local ``model.path`` directory is priced from its payload already (the ledger reads
-the headers itself when nothing better is known). A checkpoint in the hub cache is not visible to the ledger,
-which reads no environment; :func:`WeightsPayload.per_rank` is the seam the plan's inputs can carry it
-through (the lead wires it where the plan builds the ledger's inputs).
+How the plan uses it: the ledger reads no file. The commands look the checkpoint up where vLLM will load
+it (``glmlaunch.fetch.status.checkpoint_on_disk``: a hub-cache snapshot or a local ``model.path``) and hand
+:meth:`WeightsPayload.on_disk` to the plan, which carries it to the ledger in its inputs.
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.ledger.weights import Figure, payload_figure, safetensors_bytes
+from glmlaunch.ledger.inputs import CheckpointOnDisk
+from glmlaunch.ledger.weights import Figure, payload_figure
+
+
+def safetensors_bytes(path: Path) -> int:
+    """Sum of tensor data sizes declared in one safetensors header (8-byte little-endian length + JSON)."""
+    with path.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+    total = 0
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = meta["data_offsets"]
+        total += int(end) - int(start)
+    return total
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,13 @@ class WeightsPayload:
             tensors += safetensors_bytes(path)
             on_disk += path.stat().st_size
         return cls(directory, tensors, on_disk, len(names))
+
+    def on_disk(self, config: DeploymentConfig, detail: str) -> CheckpointOnDisk:
+        """What the plan carries to the ledger: this payload, of ``config``'s checkpoint, verified as
+        ``detail`` says."""
+        return CheckpointOnDisk(
+            config.model.path or "", str(self.directory), self.safetensors_bytes, self.files, detail
+        )
 
     def per_rank(self, config: DeploymentConfig) -> Figure:
         """The ledger's payload estimate of W per rank for ``config`` (its TP, MTP, online quantization)."""

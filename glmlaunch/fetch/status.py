@@ -16,8 +16,10 @@ entrypoint does), otherwise the launch stops naming ``glmlaunch fetch``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from glmlaunch.config.resolve import Resolved
@@ -27,8 +29,9 @@ from glmlaunch.fetch import disk
 from glmlaunch.fetch.documented import documented_size
 from glmlaunch.fetch.payload import FetchedCheckpoint, WeightsPayload
 from glmlaunch.fetch.run import fetch, human, identity
-from glmlaunch.fetch.stamp import read_stamp, read_upstream
+from glmlaunch.fetch.stamp import Stamp, read_stamp, read_upstream
 from glmlaunch.fetch.target import CheckpointTarget, resolve_target
+from glmlaunch.ledger.inputs import CheckpointOnDisk
 
 WeightsState = Literal["present", "unverified", "missing", "fetched"]
 
@@ -158,8 +161,8 @@ def ensure_weights(
 def find_checkpoint(config: DeploymentConfig, launch_env: Mapping[str, str]) -> FetchedCheckpoint | None:
     """The profile's checkpoint as it is on disk, stamped complete and verified by size; no hub, no fetch.
 
-    The plan's seam for the weights (:mod:`.payload`): ``find_checkpoint(config, launch_env).payload``
-    prices W from the fetched safetensors payload when nothing better is known."""
+    What a fetch left, with its commit and file count; the plan reads the payload through
+    :func:`checkpoint_on_disk`, which applies the same verification."""
     target, _, _ = identity(resolve_target(config, launch_env))
     commit = target.resolved_commit()
     where = target.checkpoint_dir(commit)
@@ -173,3 +176,84 @@ def find_checkpoint(config: DeploymentConfig, launch_env: Mapping[str, str]) -> 
     return FetchedCheckpoint(
         target.repository, stamp.revision, stamp.commit, where, stamp.total_bytes, len(specs), payload
     )
+
+
+def checkpoint_on_disk(config: DeploymentConfig, launch_env: Mapping[str, str]) -> CheckpointOnDisk | None:
+    """What the plan prices W from when nothing better is known: the safetensors payload of ``config``'s
+    checkpoint where vLLM will load it (``launch_env``: the environment vLLM gets, which decides the hub
+    cache), read from disk only (a stamp, a ``stat`` per file, the safetensors headers; no hub).
+
+    Priced: a checkpoint stamped complete whose every file is there with its size (as
+    :func:`find_checkpoint`); a hub-cache snapshot huggingface_hub itself listed, every file there (serve's
+    weights check accepts it too); a local directory without a stamp, read as it is (the operator's own
+    selection, which serve serves as it is). Not priced, with the reason: a partial fetch, files that no
+    longer match their stamp, a snapshot nothing verifies, another model's directory, a header that does
+    not read. None when nothing of the checkpoint is on disk: a machine without the weights plans as
+    before, and says nothing about them."""
+    if not config.model.path:
+        return None
+    target = resolve_target(config, launch_env)
+    try:
+        target, stamp, _ = identity(target)
+        commit = target.resolved_commit()
+        where = target.checkpoint_dir(commit)
+        if where is None or not where.is_dir():
+            return None
+        return _on_disk(config, target, commit, where, stamp)
+    except GlmlaunchError as exc:  # another model's directory, an unreadable stamp
+        return _unpriced(config, target.directory, exc.message)
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+        return _unpriced(config, target.directory, f"a safetensors header does not read: {exc}")
+
+
+_FETCH_IT = "glmlaunch fetch completes and verifies it"
+
+
+def _unpriced(config: DeploymentConfig, where: Path, why: str) -> CheckpointOnDisk:
+    return CheckpointOnDisk(config.model.path or "", str(where), None, 0, why)
+
+
+def _on_disk(
+    config: DeploymentConfig, target: CheckpointTarget, commit: str | None, where: Path, stamp: Stamp | None
+) -> CheckpointOnDisk | None:
+    if stamp is not None and stamp.complete and stamp.files:
+        specs = [(f.path, f.size) for f in stamp.files]
+        state = disk.scan(where, specs)
+        if not state.complete:
+            return _unpriced(
+                config, where, f"its files no longer match its stamp ({state.summary()}); {_FETCH_IT}"
+            )
+        return _priced(
+            config,
+            where,
+            [p for p, _ in specs],
+            f"fetched and verified by its stamp ({len(specs)} files, each with its size)",
+        )
+    if stamp is not None:
+        return _unpriced(
+            config, where, f"a partial fetch of {stamp.repository} (stamped incomplete); {_FETCH_IT}"
+        )
+    if target.kind == "hub-cache":
+        assert commit is not None  # ``where`` is the snapshot of a known commit
+        listed = _tree_listing(target, commit)
+        if listed and disk.scan(where, listed).complete:
+            return _priced(
+                config,
+                where,
+                [p for p, _ in listed],
+                f"verified by huggingface_hub's listing ({len(listed)} files, each with its size)",
+            )
+        return _unpriced(
+            config, where, f"nothing verifies it (no glmlaunch stamp, no complete listing); {_FETCH_IT}"
+        )
+    names = sorted(p.name for p in where.glob("*.safetensors"))
+    if not names:
+        return None
+    return _priced(config, where, names, "a local directory with no stamp, read as it is")
+
+
+def _priced(config: DeploymentConfig, where: Path, paths: list[str], detail: str) -> CheckpointOnDisk:
+    payload = WeightsPayload.read(where, paths)
+    if payload is None:
+        return _unpriced(config, where, "it holds no safetensors files")
+    return payload.on_disk(config, detail)

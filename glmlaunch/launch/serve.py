@@ -74,7 +74,7 @@ from glmlaunch.output import (
     warn,
 )
 from glmlaunch.plan.check import check_report
-from glmlaunch.plan.plan import Plan, make_plan
+from glmlaunch.plan.plan import Plan, checkpoint_for, make_plan
 
 if TYPE_CHECKING:
     from glmlaunch.preflight.api import PreflightRun
@@ -375,8 +375,11 @@ def environment_step(prior: Prior) -> StageRecord[Environment]:
 
 def calibration_step(prior: Prior) -> StageRecord[Plan]:
     """Once per launch: the check's memory verdict, the plan stage and the preflight use the same terms
-    (the plan of the profile's figures; the check budgets it again on the GPUs' memory)."""
-    plan = make_plan(prior.get(Resolution).config)
+    (the plan of the profile's figures; the check budgets it again on the GPUs' memory). W is priced from
+    the checkpoint on disk where vLLM will load it when nothing better is known (a look, no fetch: the
+    weights check of the preflight stage fetches)."""
+    config = prior.get(Resolution).config
+    plan = make_plan(config, checkpoint=checkpoint_for(config, prior.environ))
     messages = (*(Message("warn", line) for line in plan.warnings), Message("note", plan.message))
     return StageRecord("calibration", "ok", plan, messages=messages, progress=None, shown=False)
 

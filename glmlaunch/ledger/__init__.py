@@ -5,9 +5,9 @@ and ``judge(config, ledger, budget)`` in :mod:`glmlaunch.ledger.verdict`. A plan
 (``glmlaunch.plan.plan.make_plan``); ``inputs`` (:mod:`glmlaunch.ledger.inputs`) are what calibration
 supplies, carried by the ledger so that the budget and the verdict read the same.
 
-``build_ledger(config, inputs)`` is pure arithmetic over the typed configuration and its inputs (plus,
-when the model directory is on disk and no weights figure is given, a cached read of its safetensors
-headers); nothing is memoized across calls (a plan builds a few ledgers, a search a few hundred). One
+``build_ledger(config, inputs)`` is pure arithmetic over the typed configuration and its inputs (the
+checkpoint's safetensors payload among them, read on disk where the plan is asked for: the ledger reads no
+file); nothing is memoized across calls (a plan builds a few ledgers, a search a few hundred). One
 module per memory subsystem returns draft entries; this module orders them by creation (lifetime), models
 their device footprint (:mod:`glmlaunch.ledger.footprint`), sizes the KV cache from what is left, and
 copies the result to every TP rank (the ranks are symmetric in these deployments).
@@ -274,6 +274,9 @@ def _notes(ctx: Context, drafts: list[Draft]) -> tuple[str, ...]:
     notes: list[str] = [
         d.note for d in drafts if d.name == "weights" and "differs from the calibrated" in d.note
     ]
+    on_disk = weights.payload_note(ctx)
+    if on_disk is not None:
+        notes.append(on_disk)
     w, d = config.parallel.tp, config.parallel.dcp
     sms = config.hardware.num_sms
     oneshot_sms = k.oneshot_required_sms * k.max_concurrent_channels

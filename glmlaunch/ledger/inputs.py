@@ -1,13 +1,37 @@
-"""What calibration supplies to the ledger: the one typed object on the calibrate -> ledger arrow.
+"""What calibration supplies to the ledger, and what is on disk: the one typed object into the ledger.
 
 The ledger is pure arithmetic over the configuration and these inputs. A term model (``glmlaunch.calibrate``)
-produces them; :data:`UNCALIBRATED` (every field empty) plans on the ledger's own defaults. The type lives
-here, below calibration, so every signature that carries a calibration names it and mypy checks each read.
+produces the calibrated fields; :data:`UNCALIBRATED` (every field empty) plans on the ledger's own defaults.
+The checkpoint's safetensors payload (:class:`CheckpointOnDisk`) is read at the plan's edge
+(``glmlaunch.fetch.status.checkpoint_on_disk``, called by the commands) and carried here, so the ledger
+reads no file. The types live here, below calibration, so every signature that carries them names them and
+mypy checks each read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class CheckpointOnDisk:
+    """The configuration's checkpoint as it was found on disk: its safetensors payload when its files are
+    verified (or a local directory the operator selected, read as it is), else why it is not priced."""
+
+    #: the ``model.path`` it was looked up for: the ledger does not price another checkpoint from it
+    model_path: str
+    #: the directory vLLM loads
+    directory: str
+    #: tensor bytes the safetensors headers declare (None: not priced, ``detail`` says why)
+    safetensors_bytes: int | None
+    #: how many safetensors files they are in
+    files: int
+    #: how the files were verified ("fetched and verified by its stamp"), or why they are not priced
+    detail: str
+
+    @property
+    def priced(self) -> bool:
+        return self.safetensors_bytes is not None
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,14 @@ class LedgerInputs:
     #: verdict calls only those `record`; the others are fitted on other settings: estimates). None: not
     #: known (a hand-built calibration), every modelled term counts as recorded
     covered_terms: tuple[str, ...] | None = None
+    #: the checkpoint on disk (None: not looked up, or nothing of it there); not calibration: it travels
+    #: with the inputs so a fix or a search step of the same checkpoint prices W as the plan did
+    checkpoint: CheckpointOnDisk | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether any calibration is in these inputs (the checkpoint on disk aside)."""
+        return replace(self, checkpoint=None) != UNCALIBRATED
 
     def note_for(self, term: str) -> str | None:
         """How the term model arrived at a whole budget term; None without one."""

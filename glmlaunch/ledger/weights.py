@@ -11,28 +11,30 @@ In order of how well W is known:
 4. estimates, each labelled: another release's figure; the other MTP setting ± the MTP layer's share
    (measured pairs: 1.64 GiB for 3.25 bpw at r14); native weights minus an online quantization's measured
    saving (K6: 4.60 GiB at 3.36 and 3.42 bpw); another TP from TP4 as the checkpoint splits (the
-   replicated BF16 tensors stay whole on every rank); a local checkpoint's safetensors payload / TP plus the
-   measured payload-to-loaded offset; another EXL3 bit rate of the same model (routed experts scale).
+   replicated BF16 tensors stay whole on every rank); then the checkpoint's own safetensors payload on
+   disk / TP plus the measured payload-to-loaded offset (a fetch verified by its stamp, in the hub cache or
+   a local ``model.path``, or a local directory as the operator left it); then another EXL3 bit rate of
+   the same model (routed experts scale).
 
 Steps 2 and 3 compete on quality, not on tier: a record of another release does not beat a documented
-figure of this release. Reading safetensors headers is the only file I/O in the ledger (cached).
+figure of this release, and any figure built on a real boot of this checkpoint beats the payload estimate
+(the payload is the weights' bytes on disk, not what vLLM holds after loading). The ledger reads no file:
+the payload is read where the plan is asked for (``glmlaunch.fetch.status.checkpoint_on_disk``) and comes
+in the inputs (:attr:`LedgerInputs.checkpoint`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 from typing import Literal, NamedTuple
 
 from glmlaunch.config.releases import release_number
 from glmlaunch.config.schema import DeploymentConfig, ModelGeometry
 from glmlaunch.ledger.context import Context, Draft, fmt_int
-from glmlaunch.ledger.inputs import LedgerInputs
+from glmlaunch.ledger.inputs import CheckpointOnDisk, LedgerInputs
 
 GIB = 1024**3
 FACTS_FILE = "weights_facts.json"
@@ -295,37 +297,7 @@ def documented(cfg: DeploymentConfig) -> Figure | None:
     return Figure(value, "estimate", formula, "estimate: " + "; ".join(why))
 
 
-# --- local safetensors and other bit rates ------------------------------------------------------------
-
-
-def safetensors_bytes(path: Path) -> int:
-    """Sum of tensor data sizes declared in one safetensors header (8-byte length + JSON)."""
-    with path.open("rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(n))
-    total = 0
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = meta["data_offsets"]
-        total += int(end) - int(start)
-    return total
-
-
-@lru_cache(maxsize=16)
-def _dir_bytes(directory: str, _stamp: tuple[tuple[str, int, int], ...]) -> tuple[int, int]:
-    files = sorted(Path(directory).glob("*.safetensors"))
-    return sum(safetensors_bytes(f) for f in files), len(files)
-
-
-def model_dir_bytes(directory: str) -> tuple[int, int] | None:
-    if not os.path.isdir(directory):
-        return None
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        return None
-    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    return _dir_bytes(directory, stamp)
+# --- the payload on disk and other bit rates ---------------------------------------------------------
 
 
 def payload_offset() -> tuple[int, str] | None:
@@ -347,19 +319,27 @@ def payload_offset() -> tuple[int, str] | None:
     return round(sum(p[0] for p in pairs) / len(pairs)), "; ".join(p[1] for p in pairs)
 
 
-def _from_payload(cfg: DeploymentConfig) -> Figure | None:
-    found = model_dir_bytes(cfg.model.path) if cfg.model.path else None
-    if found is None:
+def checkpoint_of(ctx: Context) -> CheckpointOnDisk | None:
+    """The checkpoint on disk the inputs carry, when it is of this configuration's ``model.path``."""
+    found = ctx.inputs.checkpoint
+    if found is None or found.model_path != (ctx.config.model.path or ""):
         return None
-    return payload_figure(cfg, found[0], found[1], cfg.model.path or "")
+    return found
 
 
-def payload_figure(cfg: DeploymentConfig, total: int, nfiles: int, where: str) -> Figure:
+def _from_payload(ctx: Context) -> Figure | None:
+    found = checkpoint_of(ctx)
+    if found is None or found.safetensors_bytes is None:
+        return None
+    return payload_figure(ctx.config, found.safetensors_bytes, found.files, found.directory, how=found.detail)
+
+
+def payload_figure(cfg: DeploymentConfig, total: int, nfiles: int, where: str, *, how: str = "") -> Figure:
     """W estimated from a checkpoint's safetensors payload (``total`` tensor bytes in ``nfiles`` files, as
     their headers declare): the payload / 4 plus the measured payload-to-loaded offset at TP4, the online
-    quantization's saving and the MTP layer's share, split to the deployment's TP. A local ``model.path`` is
-    read here; a checkpoint fetched into the hub cache is read by :mod:`glmlaunch.fetch.payload`, which hands
-    its figures to this same function."""
+    quantization's saving and the MTP layer's share, split to the deployment's TP. The headers are read by
+    :mod:`glmlaunch.fetch.payload` (``fetch --json`` and the plan's inputs); ``how`` says how the files were
+    verified."""
     off = payload_offset()
     base = -(-total // 4)
     formula = f"safetensors headers of {where}: {fmt_int(total)} B in {nfiles} files / 4"
@@ -379,7 +359,8 @@ def payload_figure(cfg: DeploymentConfig, total: int, nfiles: int, where: str) -
             value += share[0]
             formula += f" + MTP layer {share[0] / GIB:.2f} GiB"
     value, tp_how = scale_tp(value, 4, cfg)
-    return Figure(value, "estimate", formula + tp_how + f" = {fmt_int(value)}", "estimate from the payload")
+    note = "estimate from the safetensors payload" + (f": {how}" if how else "")
+    return Figure(value, "estimate", formula + tp_how + f" = {fmt_int(value)}", note)
 
 
 def _bits(name: str) -> float | None:
@@ -478,17 +459,50 @@ def decide(ctx: Context) -> Figure:
         # records and the documented table compete on quality: a record of another release is an estimate
         # and does not beat a documented figure of this release
         return min(candidates, key=lambda f: _QUALITY[f.source])
-    for figure in (_from_payload(cfg), _other_bit_rate(cfg)):
-        if figure is not None:
-            return figure
-    fallback = facts()[0]
-    value, tp_how = scale_tp(fallback.bytes, fallback.tp, cfg)
-    return Figure(
-        value,
-        "default",
-        f"{fallback.gib:.2f} GiB ({checkpoint_name(fallback.checkpoint)}, {fallback.source}){tp_how} "
-        f"= {fmt_int(value)}",
-        "a built-in default: nothing is known of this checkpoint (set model.weights_per_rank or calibrate)",
+    payload = _from_payload(ctx)
+    if payload is not None:
+        return payload
+    lesser = _other_bit_rate(cfg)
+    if lesser is None:
+        fallback = facts()[0]
+        value, tp_how = scale_tp(fallback.bytes, fallback.tp, cfg)
+        lesser = Figure(
+            value,
+            "default",
+            f"{fallback.gib:.2f} GiB ({checkpoint_name(fallback.checkpoint)}, {fallback.source}){tp_how} "
+            f"= {fmt_int(value)}",
+            "a built-in default: nothing is known of this checkpoint "
+            "(set model.weights_per_rank or calibrate)",
+        )
+    unpriced = checkpoint_of(ctx)
+    if unpriced is not None and not unpriced.priced:
+        # a checkpoint on disk that could have priced W, and why it did not
+        lesser = replace(lesser, note=f"{lesser.note}; {unpriced_note(unpriced)}")
+    return lesser
+
+
+def unpriced_note(found: CheckpointOnDisk) -> str:
+    return (
+        f"the checkpoint at {found.directory} is ignored (W is not priced from its payload): {found.detail}"
+    )
+
+
+def payload_note(ctx: Context) -> str | None:
+    """The plan's note on the checkpoint on disk: W priced from its payload, or why it was not; None when
+    none was found or W is known better (a documented, calibrated or explicit figure)."""
+    found = checkpoint_of(ctx)
+    if found is None:
+        return None
+    if not found.priced:
+        return f"weights: {unpriced_note(found)}"
+    fig = decide(ctx)
+    if fig != _from_payload(ctx):
+        return None
+    payload = f"{fmt_int(found.safetensors_bytes or 0)} B of tensors in {found.files} files; {found.detail}"
+    return (
+        f"weights: W {fig.value / GIB:.2f} GiB per rank estimated from the safetensors payload of "
+        f"{found.directory} ({payload}): set model.weights_per_rank or calibrate from a boot log to "
+        "confirm it"
     )
 
 

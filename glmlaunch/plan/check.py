@@ -9,6 +9,7 @@ print too. ``free_memory``'s start gate adds the plan's U_pre. The report decide
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +29,8 @@ from glmlaunch.hardware.checks import (
     hardware_checks,
 )
 from glmlaunch.hardware.inventory import Inventory
-from glmlaunch.ledger.inputs import LedgerInputs
-from glmlaunch.plan.plan import Plan, make_plan
+from glmlaunch.ledger.inputs import CheckpointOnDisk, LedgerInputs
+from glmlaunch.plan.plan import Plan, checkpoint_for, make_plan
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.store import Store
@@ -41,10 +42,13 @@ def plan_on(
     *,
     store: Store | None = None,
     inputs: LedgerInputs | None = None,
+    checkpoint: CheckpointOnDisk | None = None,
 ) -> Plan:
     """The plan of ``config`` on the memory of its TP group's tightest GPU in ``inv`` (the profile's
     figures when NVML reported none)."""
-    return make_plan(config, memory=group_memory(config, inv), store=store, inputs=inputs)
+    return make_plan(
+        config, memory=group_memory(config, inv), store=store, inputs=inputs, checkpoint=checkpoint
+    )
 
 
 def memory_row(plan: Plan) -> CheckResult:
@@ -142,7 +146,7 @@ def run_check(
         if as_json:
             out_json(no_gpu_report(resolved.profile_name, purpose, exc).to_json(strict=strict))
         raise
-    plan = plan_on(resolved.config, inv)
+    plan = plan_on(resolved.config, inv, checkpoint=checkpoint_for(resolved.config, os.environ))
     for line in plan.warnings:
         warn(line)
     report = check_report(plan, inv, purpose=purpose, profile=resolved.profile_name)

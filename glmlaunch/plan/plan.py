@@ -6,6 +6,11 @@ budget over it (on the measured device memory where the hardware was read) and t
 :class:`Plan` is frozen: what a command prints, a check row renders, serve judges and watch compares with
 are the same figures.
 
+The checkpoint's safetensors payload on disk is read where a command asks for a plan
+(:func:`checkpoint_for`, with that command's environment) and given to :func:`make_plan` as a value, as the
+measured device memory is: the plan carries it to the ledger in its inputs (W from it when nothing better
+is known), and a fix or a search step planned from a plan's inputs keeps it without reading the disk again.
+
 The runtime evidence of the stored serve logs (an OOM or a free-memory reading after ready of this very
 configuration) is applied here: what it proves is a floor on the demand *relative to the plan's margin*,
 so it needs the plan's own ledger and budget (``calibrate.apply.raise_by_evidence``).
@@ -13,6 +18,7 @@ so it needs the plan's own ledger and budget (``calibrate.apply.raise_by_evidenc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,7 +26,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
-from glmlaunch.ledger.inputs import LedgerInputs
+from glmlaunch.ledger.inputs import CheckpointOnDisk, LedgerInputs
 from glmlaunch.ledger.model import Ledger
 from glmlaunch.ledger.verdict import Verdict, judge
 
@@ -89,12 +95,23 @@ def with_device_total(config: DeploymentConfig, total: int) -> DeploymentConfig:
     )
 
 
+def checkpoint_for(config: DeploymentConfig, environ: Mapping[str, str]) -> CheckpointOnDisk | None:
+    """``config``'s checkpoint as it is on disk where vLLM will load it: ``environ`` is the caller's
+    environment (the profile's ``env:`` is composed over it, as for the launch, so the hub cache is
+    vLLM's). A look at the disk, no hub (``glmlaunch.fetch.status.checkpoint_on_disk``)."""
+    from glmlaunch.config.environment import compose
+    from glmlaunch.fetch.status import checkpoint_on_disk
+
+    return checkpoint_on_disk(config, compose(config, environ).full)
+
+
 def make_plan(
     config: DeploymentConfig,
     *,
     memory: MemoryInputs | None = None,
     store: Store | None = None,
     inputs: LedgerInputs | None = None,
+    checkpoint: CheckpointOnDisk | None = None,
     device_total: int | None = None,
     library: str = "builtin",
 ) -> Plan:
@@ -104,7 +121,10 @@ def make_plan(
       the budget uses it; the ledger keeps the profile's ``hardware.memory_per_gpu``.
     * ``store``: the calibration records (default: the cache's); ignored when ``inputs`` are given.
     * ``inputs``: ledger inputs decided by the caller (a search step, a fix under a proven demand, a test):
-      no calibration lookup.
+      no calibration lookup. The checkpoint they carry (a plan's own inputs) is kept.
+    * ``checkpoint``: the checkpoint found on disk (:func:`checkpoint_for`, read by the caller): W is
+      priced from its safetensors payload when no explicit, calibrated or documented figure is known.
+      None: the inputs' own (none, without ``inputs``).
     * ``device_total``: plan for a device of this many bytes (``plan --gpu-memory``, the GPUs ``watch``
       reads): ledger and budget both; the calibration is fitted for ``config`` as given.
     * ``library``: where layouts come from (``builtin``, ``b12x``, ``auto``).
@@ -112,8 +132,10 @@ def make_plan(
     library = check_library(library)
     use = None
     if inputs is None:
-        use = _calibrate(config, store)
+        use = _calibrate(config, store, checkpoint)
         inputs = use.inputs
+    elif checkpoint is not None:
+        inputs = replace(inputs, checkpoint=checkpoint)
     planned = config if device_total is None else with_device_total(config, device_total)
     ledger = build_ledger(planned, inputs, library=library)
     budget, verdict = _judged(planned, ledger, memory)
@@ -130,10 +152,15 @@ def _judged(config: DeploymentConfig, ledger: Ledger, memory: MemoryInputs | Non
     return budget, judge(config, ledger, budget)
 
 
-def _calibrate(config: DeploymentConfig, store: Store | None) -> CalibrationUse:
+def _calibrate(
+    config: DeploymentConfig, store: Store | None, checkpoint: CheckpointOnDisk | None
+) -> CalibrationUse:
     from glmlaunch.calibrate.apply import calibration_for, raise_by_evidence
 
     use = calibration_for(config, store=store)
+    if checkpoint is not None:
+        # before the evidence: what it proves is read against the plan's own W
+        use = replace(use, inputs=replace(use.inputs, checkpoint=checkpoint))
     if not use.evidence:
         return use
     # the evidence is read against the plan of the configuration as calibrated (its own T)

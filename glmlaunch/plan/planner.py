@@ -9,6 +9,7 @@ the version.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.model import PHASES, Entry, Ledger, RuntimeDemand
 from glmlaunch.ledger.verdict import Verdict
-from glmlaunch.plan.plan import Plan, make_plan
+from glmlaunch.plan.plan import Plan, checkpoint_for, make_plan
 
 SCHEMA_VERSION = 1
 
@@ -87,7 +88,9 @@ def plan_profile(
     # The one resolve every command uses: the configuration's warnings are said here too (issue 22)
     resolved = resolve(profile, overrides)
     total = parse_gpu_memory(gpu_memory)
-    plan = make_plan(resolved.config, device_total=total, library=library)
+    # the checkpoint on disk is looked up in this process's environment, the one the command resolved in
+    checkpoint = checkpoint_for(resolved.config, os.environ)
+    plan = make_plan(resolved.config, device_total=total, library=library, checkpoint=checkpoint)
     for line in plan.warnings:
         warn(line)
     if messages is not None:

@@ -36,6 +36,7 @@ found so far, which is then not proven the largest.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,10 +55,10 @@ from glmlaunch.config.units import MIB, format_size, parse_size_option
 from glmlaunch.errors import ConfigError, MarginError
 from glmlaunch.hardware.checks import MemoryInputs
 from glmlaunch.ledger.budget import Budget
-from glmlaunch.ledger.inputs import UNCALIBRATED
+from glmlaunch.ledger.inputs import UNCALIBRATED, CheckpointOnDisk
 from glmlaunch.ledger.terms import gate_bytes
 from glmlaunch.ledger.verdict import Verdict
-from glmlaunch.plan.plan import Plan, make_plan
+from glmlaunch.plan.plan import Plan, checkpoint_for, make_plan
 
 Objective = Literal[
     "max-batched-tokens", "max-prefill-capacity", "max-kv-bytes", "min-pool-blocks", "max-gmu", "min-gmu"
@@ -213,9 +214,11 @@ class Evaluator:
         model: TermModel | None = None,
         version: str | None = None,
         budget: _Limits | None = None,
+        checkpoint: CheckpointOnDisk | None = None,
     ) -> None:
         self.model = model
         self.version = version
+        self.checkpoint = checkpoint
         self.limits = budget
         self.memory = memory
         self.required_margin = required_margin
@@ -227,7 +230,7 @@ class Evaluator:
             inputs, basis = model_calibration(config, self.model, version=self.version), "term model"
         else:
             inputs, basis = UNCALIBRATED, "ledger defaults"
-        plan = make_plan(config, memory=self.memory, inputs=inputs)
+        plan = make_plan(config, memory=self.memory, inputs=inputs, checkpoint=self.checkpoint)
         return [(f"all {config.parallel.tp} ranks ({basis})", plan)]
 
     def evaluate(self, index: int, config: DeploymentConfig, value: int | float | None) -> Evaluation:
@@ -392,10 +395,12 @@ def search(
     version: str | None = None,
     max_evaluations: int = MAX_EVALUATIONS,
     time_limit_s: float = TIME_LIMIT_S,
+    checkpoint: CheckpointOnDisk | None = None,
 ) -> SearchResult:
     """Bisection for the largest feasible value of the objective's knob (pure, apart from the ledger).
 
-    ``memory``: the device memory an inventory reported (None: the profile's). Bounded by
+    ``memory``: the device memory an inventory reported (None: the profile's); ``checkpoint``: the
+    checkpoint on disk, W priced from it as the plan does (``plan.checkpoint_for``). Bounded by
     ``max_evaluations`` planned configurations and ``time_limit_s`` seconds of wall time;
     :class:`SearchLimitError` when either is reached first.
     """
@@ -423,6 +428,7 @@ def search(
             model=model,
             version=version,
             budget=limits,
+            checkpoint=checkpoint,
         )
 
     ev = evaluator()
@@ -960,7 +966,8 @@ def run_search(
     learned = learn(config, loaded.records)
     # the calibration the profile's own plan uses, as plan says it; each searched value is planned with
     # the term model's prediction for it
-    use = make_plan(config, store=store).calibration
+    checkpoint = checkpoint_for(config, os.environ)
+    use = make_plan(config, store=store, checkpoint=checkpoint).calibration
     assert use is not None  # make_plan looked the calibration up
     message = use.message
     if learned.model is None:
@@ -984,6 +991,7 @@ def run_search(
         min_margin=margin,
         step=step,
         upper=top,
+        checkpoint=checkpoint,
     )
     for line in result.notes:
         note(line)

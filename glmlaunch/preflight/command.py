@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import cast
 
@@ -39,9 +40,9 @@ def preflight(
     except ValueError as exc:
         raise ConfigError(str(exc), key="--inject-fault") from None
     config = resolve(profile, overrides).config
-    from glmlaunch.plan.plan import make_plan
+    from glmlaunch.plan.plan import checkpoint_for, make_plan
 
-    plan = make_plan(config)
+    plan = make_plan(config, checkpoint=checkpoint_for(config, os.environ))
     for line in plan.warnings:
         warn(line)
     note(plan.message)

@@ -11,6 +11,7 @@ explains each against the plan (:mod:`.oom`).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -134,7 +135,7 @@ def _stops_on_signals(stop: Any) -> Iterator[None]:
 
 def run_watch(args: WatchArgs) -> None:
     from glmlaunch.config.commands import resolve
-    from glmlaunch.plan.plan import make_plan
+    from glmlaunch.plan.plan import checkpoint_for, make_plan
     from glmlaunch.watch.follow import FileFollower, LineSource
     from glmlaunch.watch.metrics import MetricsServer
     from glmlaunch.watch.render import JsonLines, renderer
@@ -174,7 +175,7 @@ def run_watch(args: WatchArgs) -> None:
         if total is None:
             total = min(g.device.usable_bytes for g in ranks)
         # the plan on the watched GPUs' T (as `plan --gpu-memory` plans); calibrated for the profile as given
-        plan = make_plan(config, device_total=total)
+        plan = make_plan(config, device_total=total, checkpoint=checkpoint_for(config, os.environ))
         for line in plan.warnings:
             warn(line)
         note(plan.message)
@@ -281,9 +282,9 @@ def run_explain_oom(
     if config is None:
         resolved = resolve(profile, overrides)
         config, name = resolved.config, resolved.profile_name
-    from glmlaunch.plan.plan import make_plan
+    from glmlaunch.plan.plan import checkpoint_for, make_plan
 
-    plan = make_plan(config)
+    plan = make_plan(config, checkpoint=checkpoint_for(config, os.environ))
     for line in plan.warnings:
         warn(line)
     note(plan.message)

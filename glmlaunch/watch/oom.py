@@ -28,7 +28,7 @@ from typing import Literal
 from glmlaunch.calibrate.apply import _with, prefill_split, with_demand_floor
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import MIB, format_size
-from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
+from glmlaunch.ledger.inputs import LedgerInputs
 from glmlaunch.ledger.model import PHASES, Entry
 from glmlaunch.plan.plan import Plan, make_plan
 from glmlaunch.vllmlog.events import RuntimeEvent, tried_unit
@@ -306,7 +306,7 @@ def _batched_tokens_fix(plan: Plan, floor: int) -> Fix | None:
         growth, _ = prefill_split(plan.ledger)
         learned = growth
     per_token = learned / now
-    base = inputs if inputs != UNCALIBRATED else LedgerInputs(record_id="runtime-evidence")
+    base = inputs if inputs.calibrated else replace(inputs, record_id="runtime-evidence")
     tokens = (now - 1) // BATCH_STEP * BATCH_STEP
     smallest = max(BATCH_STEP, config.scheduler.max_num_seqs * (1 + config.mtp))
     while tokens >= smallest:

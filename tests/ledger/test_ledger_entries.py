@@ -189,31 +189,77 @@ def test_kv_entry_is_the_budget_remainder() -> None:
     assert req(pinned, "kv_cache") == 3 * GIB
 
 
-def test_safetensors_header_weights(tmp_path: object) -> None:
+def test_weights_from_the_payload_in_the_inputs(tmp_path: object) -> None:
+    """W from the checkpoint's payload the inputs carry (the plan reads the disk, tests/plan): the payload
+    split over TP4 plus the measured payload-to-loaded offset; the ledger itself reads no file."""
     import json
     import struct
     from pathlib import Path
 
-    d = Path(str(tmp_path)) / "model"
-    d.mkdir()
-    for i, sizes in enumerate(([1000, 24], [4096])):
-        header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-        off = 0
-        for j, n in enumerate(sizes):
-            header[f"t{i}.{j}"] = {"dtype": "U8", "shape": [n], "data_offsets": [off, off + n]}
-            off += n
-        raw = json.dumps(header).encode()
-        (d / f"model-{i}.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * off)
+    from glmlaunch.ledger.inputs import CheckpointOnDisk
     from glmlaunch.ledger.weights import payload_offset
 
-    led = ledger_of(R12, f"model.path={d}", "model.revision=null", "speculative.num_speculative_tokens=0")
+    d = Path(str(tmp_path)) / "model"
+    d.mkdir()
+    header = json.dumps({"t": {"dtype": "U8", "shape": [4096], "data_offsets": [0, 4096]}}).encode()
+    (d / "model-0.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4096)
+    config = resolve_config(
+        R12, [f"model.path={d}", "model.revision=null", "speculative.num_speculative_tokens=0"]
+    ).config
+    # a local directory with weights on disk, and no payload in the inputs: nothing is read from it
+    bare = build_ledger(config).entry("weights")
+    assert bare is not None and bare.origin == "default" and "safetensors headers" not in bare.formula
+
+    found = CheckpointOnDisk(str(d), str(d), 1000 + 24 + 4096, 2, "verified by the test")
+    led = build_ledger(config, LedgerInputs(checkpoint=found))
     e = led.entry("weights")
     assert e is not None and e.origin == "estimate"
-    # the payload split over TP4, plus the measured payload-to-loaded offset of the documented checkpoints
     offset = payload_offset()
     assert offset is not None and "3.25bpw" in offset[1] and "3.36bpw" in offset[1]
     assert e.requested_bytes == -(-(1000 + 24 + 4096) // 4) + offset[0]
-    assert "safetensors headers" in e.formula and e.note == "estimate from the payload"
+    assert e.formula.startswith(f"safetensors headers of {d}: 5,120 B in 2 files / 4")
+    assert e.note == "estimate from the safetensors payload: verified by the test"
+    assert any("estimated from the safetensors payload" in n and str(d) in n for n in led.notes)
+    assert compute_budget(config, led).w_source == "estimate"
+
+    # a payload of another checkpoint is not this one's
+    other = CheckpointOnDisk("/elsewhere/model", "/elsewhere/model", 5120, 2, "verified")
+    assert build_ledger(config, LedgerInputs(checkpoint=other)).entry("weights") == bare
+
+    # a checkpoint on disk that is not priced: W as without it, and the reason said
+    partial = CheckpointOnDisk(str(d), str(d), None, 0, "a partial fetch (stamped incomplete)")
+    led = build_ledger(config, LedgerInputs(checkpoint=partial))
+    e = led.entry("weights")
+    assert e is not None and e.requested_bytes == bare.requested_bytes and e.origin == "default"
+    reason = f"the checkpoint at {d} is ignored (W is not priced from its payload): a partial fetch (stamped"
+    assert e.note.endswith(f"; {reason} incomplete)")
+    assert f"weights: {reason} incomplete)" in led.notes
+
+
+def test_weights_precedence_over_the_payload() -> None:
+    """An explicit model.weights_per_rank, a calibrated W and a documented W (even one of another release)
+    beat the payload."""
+    from glmlaunch.ledger.inputs import CheckpointOnDisk
+
+    documented = resolve_config(R12).config
+    path = documented.model.path or ""
+    found = CheckpointOnDisk(path, "/ckpt", 4 * GIB, 3, "verified")
+    plain = build_ledger(documented).entry("weights")
+    # the documented table's figure of another release (an estimate built on a real boot of this checkpoint)
+    assert plain is not None and plain.origin == "estimate" and "measured on v31" in plain.note
+    assert build_ledger(documented, LedgerInputs(checkpoint=found)).entry("weights") == plain
+
+    explicit = resolve_config(R12, ["model.weights_per_rank=70GiB"]).config
+    e = build_ledger(explicit, LedgerInputs(checkpoint=found)).entry("weights")
+    assert e is not None and e.requested_bytes == 70 * GIB and e.origin == "exact"
+
+    unknown = resolve_config(R12, ["model.path=someorg/GLM-5.2-test"]).config
+    found = CheckpointOnDisk("someorg/GLM-5.2-test", "/ckpt", 4 * GIB, 3, "verified")
+    calibrated = LedgerInputs(record_id="r", weights_bytes=60 * GIB, checkpoint=found)
+    e = build_ledger(unknown, calibrated).entry("weights")
+    assert e is not None and e.requested_bytes == 60 * GIB and e.origin == "calibrated"
+    e = build_ledger(unknown, LedgerInputs(checkpoint=found)).entry("weights")
+    assert e is not None and e.origin == "estimate" and e.formula.startswith("safetensors headers of /ckpt")
 
 
 # --- §1: footprints -------------------------------------------------------------------------------
@@ -301,8 +347,12 @@ def test_capture_pass_footprints_follow_the_real_library() -> None:
     # + 10 MiB DCP slab (the one-shot slab is sub-allocated in the eager slab's page);
     # the V2 profiling pass leaves 32 - 10 = 22 MiB after its rollback.
     gate = ledger_of("gate", "parallel.tp=2", "parallel.dcp=2")
-    passes = ("capture_stream.exchange.capture", "oneshot.slab.capture", "oneshot.rank_data.capture",
-              "dcp_a2a.slab.capture")
+    passes = (
+        "capture_stream.exchange.capture",
+        "oneshot.slab.capture",
+        "oneshot.rank_data.capture",
+        "dcp_a2a.slab.capture",
+    )
     assert _device(gate, *passes) == 3 * 32 * MIB
     residue = ("capture_stream.exchange.profiling-residue", "oneshot.rank_data_cached.profiling-residue")
     assert _device(gate, *residue) == 22 * MIB
