@@ -46,7 +46,7 @@ class LmcachePlan:
         return self.binary.problem if self.binary is not None else None
 
     def require(self) -> ServerCommand | None:
-        """The command a real launch starts (None: external); raises (exit 6) when the executable is missing."""
+        """The command a real launch starts (None: external); raises (exit 6) without the executable."""
         if self.binary is not None:
             require_lmcache(self.binary)
         return self.command
@@ -109,8 +109,9 @@ def check_external(plan: LmcachePlan) -> None:
     why = port_answers(ep.host, ep.port)
     if why is not None:
         raise LmcacheError(
-            f"the external LMCache server on {ep.host}:{ep.port} does not answer ({why}); vLLM was not started",
+            f"the external LMCache server on {ep.host}:{ep.port} does not answer ({why}); vLLM was not "
+            "started",
             key="lmcache_config.server",
             value="external",
-            hint="start the server first, fix lmcache_config.host/port, or --set lmcache_config.server=managed",
+            hint="start the server first, fix lmcache_config.host/port, or set lmcache_config.server=managed",
         )

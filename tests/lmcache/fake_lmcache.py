@@ -57,14 +57,19 @@ def worker_main() -> None:
         torch.cuda.synchronize()
     parent = os.getppid()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    sys.stdout.write(f"worker {os.getpid()}: up{f', holding {hold} MiB on cuda' if held is not None else ''}\n")
+    fd = int(os.environ.pop("FAKE_LMCACHE_READY_FD"))
+    os.write(fd, b"u")  # up, its memory held: the server listens only now, as the real one registers first
+    os.close(fd)
+    sys.stdout.write(
+        f"worker {os.getpid()}: up{f', holding {hold} MiB on cuda' if held is not None else ''}\n"
+    )
     sys.stdout.flush()
     while os.getppid() == parent:
         time.sleep(0.05)
 
 
 class Health(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path == "/healthcheck":
             body = b'{"status":"healthy"}'
             self.send_response(200)
@@ -103,7 +108,18 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     print(f"[fake lmcache] starting: {' '.join(sys.argv[1:])}", flush=True)
-    worker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], process_group=0)
+    r, w = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--worker"],
+        process_group=0,
+        pass_fds=(w,),
+        env={**os.environ, "FAKE_LMCACHE_READY_FD": str(w)},
+    )
+    os.close(w)
+    if os.read(r, 1) != b"u":
+        print("RuntimeError: fake lmcache: the worker did not come up", flush=True)
+        sys.exit(1)
+    os.close(r)
     time.sleep(float(os.environ.get("FAKE_LMCACHE_DELAY_S", "0.2")))
     if os.environ.get("FAKE_LMCACHE_CRASH") == "start":
         print("Traceback (most recent call last):", flush=True)

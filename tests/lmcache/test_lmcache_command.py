@@ -194,7 +194,7 @@ def http_server() -> Iterator[tuple[str, list[int]]]:
     status = [200]
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(status[0] if self.path == "/healthcheck" else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
