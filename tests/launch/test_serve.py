@@ -146,7 +146,8 @@ def test_dry_run_shows_exactly_what_exec_runs(fake: Fake) -> None:
     assert not record.exists(), "a dry run starts nothing"
     assert doc["dry_run"] is True and doc["started"] is False
     assert {s["stage"]: s["status"] for s in doc["stages"]} == {
-        "resolve": "ok", "check": "ok", "plan": "ok", "preflight": "skipped", "baseline": "skipped",
+        "resolve": "ok", "lmcache": "ok", "check": "ok", "plan": "ok", "preflight": "skipped",
+        "baseline": "skipped",
     }
     validate(doc)
     rc, _, text, err = start(*base, "--dry-run", *extra, env=env)

@@ -393,3 +393,22 @@ def test_dry_run_shows_the_server_and_why_the_launch_is_supervised(env: dict[str
     assert lm["endpoint"]["http_port"] == 8089 and lm["endpoint"]["prometheus_port"] == 9090
     schema = json.loads((REPO / "docs" / "schemas" / "serve-dry-run.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+def test_a_dry_run_without_lmcache_installed_notes_it_and_keeps_the_launchs_exit_code(
+    env: dict[str, str],
+) -> None:
+    done = subprocess.run(
+        [*glmlaunch_exe(), *BASE, "--dry-run", "--json", "--vllm-bin", str(FAKE_VLLM)],
+        env=env,  # PATH has no lmcache
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["would_start"] is False and doc["exit_code"] == 6 and doc["dry_run_exit_code"] == 0
+    assert [b["stage"] for b in doc["blocking"]] == ["lmcache"]
+    assert "cannot start the LMCache server: no executable 'lmcache' on PATH" in doc["blocking"][0]["error"]
+    assert "a launch would stop at the lmcache stage with exit 6" in done.stderr
