@@ -130,7 +130,7 @@ TOOL_VARS: dict[str, str] = {
     GLMLAUNCH_LMCACHE_BIN: "the lmcache executable a managed LMCache server runs (default: lmcache on PATH)",
     GLMLAUNCH_LMCACHE_START_TIMEOUT: (
         "seconds a managed LMCache server has to answer its /healthcheck or log its ready line before "
-        "`serve` gives up (default 120, the wrappers' LMCACHE_START_TIMEOUT; exit 11)"
+        "`serve` gives up (default 120, the wrappers' LMCACHE_START_TIMEOUT; exit 12)"
     ),
 }
 

@@ -6,7 +6,7 @@
   starts before vLLM; the executable is looked up as ``--vllm-bin``'s is, and a missing one stops a real
   launch with exit 6 before anything starts (a dry run says so and goes on);
 * ``external``: nothing to start; :func:`check_external` asks the server's port before vLLM is launched, and
-  a port that does not answer stops the launch with exit 11 and one line.
+  a port that does not answer stops the launch with exit 12 and one line.
 """
 
 from __future__ import annotations

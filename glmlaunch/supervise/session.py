@@ -8,14 +8,14 @@ same argv and environment the exec hand-off would use, and returns how glmlaunch
    preflight and the inventory; the GPUs' free memory is read (the baseline) when NVML answers;
 2. glmlaunch becomes a child subreaper, blocks the signals it forwards; where the profile has a managed
    LMCache server (``Launch.lmcache``), starts it and waits until it is ready (:mod:`.cache_server`; not
-   ready within its start timeout, or dead before: its log tail, a root cause, exit 11, vLLM never
+   ready within its start timeout, or dead before: its log tail, a root cause, exit 12, vLLM never
    started); then starts vLLM in its own session (:mod:`.process`), its output on pipes, or a pty where
    glmlaunch's own is a terminal;
 3. reader threads forward the bytes (:mod:`.tee`); one more thread parses them (:mod:`.stream`); the
    main thread waits for signals: it forwards each one but SIGCHLD, reaps, and after a stopping signal
    (TERM, INT, HUP, QUIT) keeps the deadline: vLLM's drain time (``--shutdown-timeout``) plus a margin,
    inside ``GLMLAUNCH_STOP_GRACE`` when given; then SIGTERM, and later SIGKILL, to vLLM's process group;
-   the LMCache server dying meanwhile stops vLLM (SIGTERM, the same deadline) and ends the boot with 11;
+   the LMCache server dying meanwhile stops vLLM (SIGTERM, the same deadline) and ends the boot with 12;
 4. at the ready line: the calibration record (keyed on the launch) and the plan-vs-boot block;
 5. when vLLM has exited: every process it left behind is terminated and reaped, then the LMCache server
    is drained (SIGTERM, a grace, SIGKILL to its group; its leftovers reaped), the readers drain, the
@@ -25,7 +25,7 @@ same argv and environment the exec hand-off would use, and returns how glmlaunch
 
 Once vLLM has started, glmlaunch's exit status is vLLM's (its code, or death by its signal), except with
 ``--strict-exit`` when vLLM exited 0 after a fatal engine error in its log (exit 9), and when the LMCache
-server died while vLLM ran (exit 11: vLLM was stopped because of it; upstream's wrappers exit 1, which is
+server died while vLLM ran (exit 12: vLLM was stopped because of it; upstream's wrappers exit 1, which is
 glmlaunch's internal error). A problem in this module after the start (a full disk, a bug) is a warning:
 it never takes vLLM's status away.
 """
@@ -249,7 +249,7 @@ def _lmcache_reaped(run: _Run) -> Callable[[int, int], None]:
 
 def _start_lmcache(run: _Run, command: ServerCommand) -> Result | None:
     """Start the LMCache server and wait until it is ready; None then. A stop signal meanwhile: the
-    server drained and the result to end with (130). Not ready: its log tail, the root cause, exit 11."""
+    server drained and the result to end with (130). Not ready: its log tail, the root cause, exit 12."""
     from glmlaunch.lmcache.probe import port_taken
 
     ep = command.endpoint

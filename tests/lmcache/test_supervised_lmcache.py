@@ -212,7 +212,7 @@ def test_lmcache_starts_before_vllm_and_sigterm_stops_vllm_then_drains_lmcache(e
 # --- LMCache dies while vLLM serves ---------------------------------------------------------------
 
 
-def test_sigkill_to_lmcache_stops_vllm_and_ends_the_boot_with_11(
+def test_sigkill_to_lmcache_stops_vllm_and_ends_the_boot_with_12(
     env: dict[str, str], moved: tuple[str, ...]
 ) -> None:
     # no --supervise: a managed server makes serve supervise anyway, and says why
@@ -221,14 +221,14 @@ def test_sigkill_to_lmcache_stops_vllm_and_ends_the_boot_with_11(
     pids = every_pid(env)
     os.kill(pids["lmcache"], signal.SIGKILL)
     code, err = finish(proc, env)
-    assert code == 11, err
+    assert code == 12, err
     assert "vLLM runs supervised, not exec'd" in err
     assert (
         f"the LMCache server (pid {pids['lmcache']}) exited while vLLM was running (signal 9 (SIGKILL))"
         in err
     )
     assert err.rstrip().splitlines()[-1] == (
-        "warning: the LMCache server died while vLLM was running; glmlaunch exits 11"
+        "warning: the LMCache server died while vLLM was running; glmlaunch exits 12"
     )
     signals = (Path(env["FAKE_VLLM_RECORD"]) / f"signals-{pids['api']}").read_text().split()
     assert signals == ["SIGTERM"]  # vLLM was stopped because of it
@@ -237,7 +237,7 @@ def test_sigkill_to_lmcache_stops_vllm_and_ends_the_boot_with_11(
     doc = outcome(env)
     assert doc["outcome"] == "lmcache-failed"
     assert doc["diagnosis"].startswith("the LMCache server exited while vLLM was running (signal 9 (SIGKILL)")
-    assert doc["glmlaunch_exit"] == {"code": 11, "signal": None, "status": "exit 11"}
+    assert doc["glmlaunch_exit"] == {"code": 12, "signal": None, "status": "exit 12"}
     assert doc["lmcache"]["died_while_serving"] is True
     record = json.loads(next((Path(env["GLMLAUNCH_CACHE_DIR"]) / "calibration").glob("*.json")).read_text())
     assert record["supervised"]["outcome"] == "lmcache-failed"
@@ -255,7 +255,7 @@ def test_a_server_never_ready_ends_after_the_timeout_with_its_log_tail(
     proc = start(env, *DONE_WHEN, *moved, lmcache_ready="never")
     code, err = finish(proc, env)
     took = time.monotonic() - began
-    assert code == 11, err
+    assert code == 12, err
     assert took < 30, took
     error = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and "the LMCache server was not ready within 2.0 s" in error[0]
@@ -274,7 +274,7 @@ def test_a_server_that_crashes_at_start_names_its_exception(
     env: dict[str, str], moved: tuple[str, ...]
 ) -> None:
     code, err = finish(start(env, *DONE_WHEN, *moved, lmcache_crash="start"), env)
-    assert code == 11, err
+    assert code == 12, err
     assert (
         "error: lmcache: the LMCache server exited before it was ready (exit 1): RuntimeError: fake lmcache: "
         "cannot register the L1 arena (pinned memory); vLLM was not started"
@@ -305,7 +305,7 @@ def test_a_taken_lmcache_port_is_refused_before_anything_starts(
     port = int(moved[1].split("=")[1]) - 8000 + 5555
     with socket.create_server(("127.0.0.1", port)):
         code, err = finish(start(env, *DONE_WHEN, *moved), env)
-    assert code == 11, err
+    assert code == 12, err
     assert f"lmcache_config.port: the LMCache port 127.0.0.1:{port} already accepts connections" in err
     assert records(env) == {}
 
@@ -318,7 +318,7 @@ def test_external_without_a_listener_is_one_line_and_nothing_starts(
 ) -> None:
     args = (*BASE, *moved, "--set", "lmcache_config.server=external", "--vllm-bin", str(FAKE_VLLM))
     code, err = finish(start(env, *args), env)
-    assert code == 11, err
+    assert code == 12, err
     [error] = [line for line in err.splitlines() if line.startswith("error: ")]
     assert "error: lmcache_config.server: the external LMCache server on 127.0.0.1:" in error
     assert "does not answer" in error and "vLLM was not started" in error
