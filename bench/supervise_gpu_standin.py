@@ -8,11 +8,18 @@ API server process holds no GPU memory; it starts an "EngineCore" in a session o
 keep the GPU memory, as vLLM's EngineCore and workers did in the reports. The API server then writes
 ``Application startup complete.`` (the supervisor's ready line) and its pid to ``STANDIN_PIDFILE``, and
 waits. ``STANDIN_DEVICE=cpu`` takes host memory instead (to try the harness without a GPU).
+
+With an LMCache connector in its arguments (``--kv-transfer-config``, bench/supervise_gpu_lmcache.sh), the
+API server first connects to the LMCache server it names, as vLLM's connector does at start-up, and exits 1
+when nothing listens there; it writes when it connected to ``STANDIN_PIDFILE``'s directory
+(``lmcache-connected``, monotonic seconds).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -55,9 +62,29 @@ def hold(gib: float) -> object:
     return block
 
 
+CONNECTED: list[socket.socket] = []
+
+
+def connect_lmcache() -> None:
+    if "--kv-transfer-config" not in sys.argv:
+        return
+    extra = json.loads(sys.argv[sys.argv.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]
+    host, port = str(extra["lmcache.mp.host"]).removeprefix("tcp://"), int(extra["lmcache.mp.port"])
+    try:
+        CONNECTED.append(socket.create_connection((host, port), timeout=2.0))
+    except OSError as exc:
+        say(f"ERROR no LMCache server at tcp://{host}:{port}: {exc}")
+        raise SystemExit(1) from None
+    where = os.path.join(os.path.dirname(os.environ["STANDIN_PIDFILE"]), "lmcache-connected")
+    with open(where, "w") as fh:
+        fh.write(f"{time.monotonic():.6f} {host}:{port}\n")
+    say(f"connected to the LMCache server at tcp://{host}:{port}")
+
+
 def main() -> None:
     if ROLE == "api":
         say("vLLM API server version standin (a torch stand-in, glmlaunch bench/supervise_gpu.sh)")
+        connect_lmcache()
         child("engine")
         say("Starting vLLM server on http://0.0.0.0:8000")
         sys.stdout.write(f"({PREFIX} pid={os.getpid()}) INFO:     Application startup complete.\n")

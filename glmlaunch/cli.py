@@ -596,13 +596,21 @@ def serve_cmd(
             "--vllm-bin", metavar="PATH", help="vllm executable (default: $GLMLAUNCH_VLLM_BIN, PATH)"
         ),
     ] = None,
+    lmcache_bin: Annotated[
+        str | None,
+        typer.Option(
+            "--lmcache-bin",
+            metavar="PATH",
+            help="lmcache executable of a managed LMCache server (default: $GLMLAUNCH_LMCACHE_BIN, PATH)",
+        ),
+    ] = None,
     inventory: InventoryOpt = None,
     supervise: Annotated[
         bool | None,
         typer.Option(
             "--supervise/--exec",
             help="run vLLM as a supervised child (its log kept and learned from, leftovers reaped), or exec "
-            "it (default: $GLMLAUNCH_SUPERVISE, else exec)",
+            "it (default: $GLMLAUNCH_SUPERVISE, else exec; a managed LMCache server is always supervised)",
             show_default=False,
         ),
     ] = None,
@@ -664,6 +672,7 @@ def serve_cmd(
             metrics_host=metrics_host,
             watch_replay=watch_replay,
             fetch=fetch,
+            lmcache_bin=lmcache_bin,
         )
     )
     serve_mod.render(plan, as_json=json_)

@@ -46,6 +46,9 @@ class ExitCode(IntEnum):
     ENGINE_FAILED = 9  # serve --strict-exit: vLLM exited 0 after a fatal engine error in its log
     WEIGHTS = 10  # the checkpoint is not on disk or cannot be fetched (gated, wrong revision, another model)
     DISK_SPACE = 11  # the checkpoint does not fit in the free space at its destination
+    #: serve: the LMCache server did not become ready, its port was taken or (external) did not answer, or
+    #: it died while vLLM ran (vLLM was then stopped). Upstream's wrappers exit 1, glmlaunch's internal error.
+    LMCACHE = 12
     INTERRUPTED = 130  # Ctrl-C / SIGTERM
 
 
@@ -143,6 +146,10 @@ class PreflightError(GlmlaunchError):
 
 class LaunchError(GlmlaunchError):
     exit_code = ExitCode.LAUNCH
+
+
+class LmcacheError(GlmlaunchError):
+    exit_code = ExitCode.LMCACHE
 
 
 class StrictWarningsError(GlmlaunchError):

@@ -560,11 +560,21 @@ def dry_run_argv(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_wrapper_usage_example_reaches_vllm_on_the_default_profile(tmp_path: Path, gpu_visible: bool) -> None:
-    """The usage line (turnkey's own TP/DCP/MTP) resolves on glmlaunch's default profile and execs vLLM."""
+    """The usage line (turnkey's own TP/DCP/MTP) resolves on glmlaunch's default profile and execs vLLM.
+
+    The turnkey runs LMCache; a managed server would make the launch supervised (tests/lmcache): here the
+    server is an external one, a listener of the test's, so the wrapper's exec is what is tested."""
+    import socket
+
     usage = {"MODEL_FAMILY": "glm52", "TP": "4", "DCP": "2", "MTP": "5"}
     checked = {"GLMLAUNCH_INVENTORY": str(INVENTORY), "GLMLAUNCH_SKIP_PREFLIGHT": "1"}
     fits = {"MAX_MODEL_LEN": "262144"}  # 524288 does not fit the constructed rig's budget (exit 4)
-    done = wrapper({**usage, **checked, **fits}, tmp_path, "--", "--enable-lora")
+    with socket.create_server(("127.0.0.1", 0)) as lmcache:
+        external = {
+            "GLMLAUNCH_LMCACHE_CONFIG__SERVER": "external",
+            "GLMLAUNCH_LMCACHE_CONFIG__PORT": str(lmcache.getsockname()[1]),
+        }
+        done = wrapper({**usage, **checked, **fits, **external}, tmp_path, "--", "--enable-lora")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("fake vllm: serve "), done.stdout
     assert done.stdout.rstrip().endswith("--enable-lora")

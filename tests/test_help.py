@@ -186,11 +186,12 @@ def test_every_example_runs(line: str, tmp_path: Path, clean_env: dict[str, str]
     for name, source in EXAMPLE_FILES.items():
         shutil.copyfile(source, tmp_path / name)
     (tmp_path / "mine.yaml").write_text("extends: gate\ndescription: my own\n")
-    # vllm is installed where glmlaunch serves; a stand-in that `serve` finds but never reaches here
+    # vllm and lmcache are installed where glmlaunch serves; stand-ins that `serve` finds but never reaches
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
-    (bin_dir / "vllm").chmod(0o755)
+    for exe in ("vllm", "lmcache"):
+        (bin_dir / exe).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / exe).chmod(0o755)
     env = dict(
         clean_env, PATH=os.pathsep.join([str(Path(sys.executable).parent), str(bin_dir), clean_env["PATH"]])
     )

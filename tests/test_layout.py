@@ -1,19 +1,22 @@
 """The package layout is the pipeline: no import cycles, and no stage imports a later one.
 
 Stages in pipeline order (``ls glmlaunch/``): config → vllmlog → ledger (the memory model) → hardware →
-fetch → calibrate → plan → preflight → watch → supervise → launch, with ``cli.py`` on top. ``vllmlog`` is
-the grammar of vLLM's log (its lines, patterns and events); calibrate learns from a boot's log, watch
-explains an OOM line, supervise reads vLLM's output live, so it sits below all three; it parses text and
-needs only config's units and read limits, so it sits right above config, where nothing but config can
-reach it. ``fetch`` puts the profile's pinned checkpoint on disk: it runs after the hardware checks (no
+fetch → calibrate → plan → preflight → watch → lmcache → supervise → launch, with ``cli.py`` on top.
+``vllmlog`` is the grammar of vLLM's log (its lines, patterns and events); calibrate learns from a boot's
+log, watch explains an OOM line, supervise reads vLLM's output live, so it sits below all three; it parses
+text and needs only config's units and read limits, so it sits right above config, where nothing but config
+can reach it. ``fetch`` puts the profile's pinned checkpoint on disk: it runs after the hardware checks (no
 download for a host that would fail them, as upstream's entrypoint refuses) and feeds the plan the fetched
 safetensors payload, so it sits between the two; ``launch`` calls its weights check in the preflight stage.
 Calibration feeds the plan, so it sits below it; the memory model sits below calibration, which fits its
 residuals. ``watch`` compares live
 memory with the plan and feeds runtime evidence back to calibration; ``serve --supervise --watch`` runs it
-on a thread, so it sits below ``supervise``. ``supervise`` runs vLLM as a child and writes calibration
-records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates the stages and hands
-the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
+on a thread, so it sits below ``supervise``. ``lmcache`` derives the LMCache server's command from the
+configuration (upstream's wrapper, as data) and probes whether the server is ready; ``supervise`` starts,
+probes and drains that server around vLLM, and ``launch`` decides whether a launch has one, so it sits below
+both (it needs nothing of the plan, the preflight or the watch). ``supervise`` runs vLLM as a child and
+writes calibration records from its log, so it sits above calibration; ``launch/serve.py`` orchestrates the
+stages and hands the supervisor the prepared launch, so ``launch`` sits above ``supervise``.
 ``errors.py`` and ``output.py`` are shared by every stage; ``output`` reads two names from the one registry
 (``config.registry``) and nothing else.
 
@@ -37,6 +40,7 @@ STAGES = (
     "plan",
     "preflight",
     "watch",
+    "lmcache",
     "supervise",
     "launch",
     "cli",

@@ -69,6 +69,8 @@ GLMLAUNCH_RIG_DEFAULTS = "GLMLAUNCH_RIG_DEFAULTS"
 GLMLAUNCH_SUPERVISE = "GLMLAUNCH_SUPERVISE"
 GLMLAUNCH_STOP_GRACE = "GLMLAUNCH_STOP_GRACE"
 GLMLAUNCH_STRICT_EXIT = "GLMLAUNCH_STRICT_EXIT"
+GLMLAUNCH_LMCACHE_BIN = "GLMLAUNCH_LMCACHE_BIN"
+GLMLAUNCH_LMCACHE_START_TIMEOUT = "GLMLAUNCH_LMCACHE_START_TIMEOUT"
 
 # CUDA variables glmlaunch also reads from the caller (hardware.py honours them when probing).
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
@@ -124,6 +126,11 @@ TOOL_VARS: dict[str, str] = {
     ),
     GLMLAUNCH_STRICT_EXIT: (
         "1: like `serve --strict-exit` (exit 9 when vLLM exits 0 after a fatal engine error)"
+    ),
+    GLMLAUNCH_LMCACHE_BIN: "the lmcache executable a managed LMCache server runs (default: lmcache on PATH)",
+    GLMLAUNCH_LMCACHE_START_TIMEOUT: (
+        "seconds a managed LMCache server has to answer its /healthcheck or log its ready line before "
+        "`serve` gives up (default 120, the wrappers' LMCACHE_START_TIMEOUT; exit 12)"
     ),
 }
 

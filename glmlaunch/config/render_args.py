@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from glmlaunch.config.lmcache_endpoint import connector
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError
 
@@ -141,20 +142,11 @@ def quantization_config(config: DeploymentConfig) -> dict[str, Any] | None:
 
 
 def kv_transfer_config(config: DeploymentConfig) -> dict[str, Any] | None:
-    """The LMCache connector, as the appliance's LMCache wrapper appends it (glm52_lmcache_wrapper.sh)."""
+    """The LMCache connector, as the profile's LMCache wrapper appends it; its port is the one the server
+    is started on (both from :func:`glmlaunch.config.lmcache_endpoint.endpoint`)."""
     if not config.lmcache:
         return None
-    lm = config.lmcache_config
-    return {
-        "kv_connector": "LMCacheMPConnector",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": {
-            "lmcache.mp.host": f"tcp://{lm.host}",
-            "lmcache.mp.port": lm.port,
-            "lmcache.mp.mq_timeout": 60,
-            "lmcache.mp.heartbeat_interval": 5,
-        },
-    }
+    return connector(config)
 
 
 def hf_overrides(config: DeploymentConfig) -> dict[str, Any]:

@@ -525,6 +525,44 @@ def _lmcache_alloc(c: DeploymentConfig) -> Iterator[Finding]:
         )
 
 
+@rule("lmcache-ports", "error", "LMCache's ports are TCP ports, distinct from each other and the API port")
+def _lmcache_ports(c: DeploymentConfig) -> Iterator[Finding]:
+    if not c.lmcache:
+        return
+    from glmlaunch.config.lmcache_endpoint import endpoint
+
+    ep = endpoint(c)
+    ports = {
+        "server.port": c.server.port,
+        "lmcache_config.port": ep.port,
+        "lmcache_config.http_port": ep.http_port,
+    }
+    if ep.prometheus_port is not None:
+        ports["lmcache_config.prometheus_port"] = ep.prometheus_port
+    seen: dict[int, str] = {}
+    for key, port in ports.items():
+        how = "derived from server.port" if key in ep.derived else "set"
+        if not 1 <= port <= 65535:
+            yield Finding(
+                key,
+                f"is not a TCP port ({how}: the wrapper adds server.port - 8000 to its base)",
+                port,
+                ("1..65535",),
+                hint=f"set {key} explicitly",
+                inputs=("server.port",),
+            )
+        elif port in seen:
+            yield Finding(
+                key,
+                f"is the same port as {seen[port]} ({how})",
+                port,
+                hint=f"set {key} to a free port",
+                inputs=("server.port", seen[port]),
+            )
+        else:
+            seen[port] = key
+
+
 # --- environment and extra arguments ------------------------------------------------------------------
 
 

@@ -477,22 +477,77 @@ class NcclSection(_Section):
 
 
 class LmcacheSection(_Section):
-    """LMCache prefix offload (used when ``lmcache`` is true): the connector vLLM gets and its tiers.
+    """LMCache prefix offload (used when ``lmcache`` is true): its server, the connector vLLM gets, its tiers.
 
-    glmlaunch passes vLLM the connector (``--kv-transfer-config``) and the variables; the LMCache server
-    itself is started by the container or the supervised serve, as the appliance's wrapper does.
+    ``serve --supervise`` starts the server (``server: managed``, the default) with the arguments the
+    wrapper named by ``wrapper`` derives, before vLLM, and drains it after vLLM (glmlaunch.lmcache). Null
+    ports, chunk size, DRAM tier and disk path are derived as that wrapper derives them: the ports offset by
+    ``server.port - 8000``, the chunk by DCP (docs/configuration.md "LMCache").
     """
 
-    host: str = Field("127.0.0.1", description="LMCache server address (lmcache.mp.host)")
-    port: int = Field(5555, ge=1, le=65535, description="LMCache server port (lmcache.mp.port)")
+    server: Literal["managed", "external"] = Field(
+        "managed",
+        description=(
+            "managed: `serve` starts the LMCache server before vLLM and stops it after (a supervised "
+            "launch); external: a server runs already, and `serve` checks its port answers before vLLM starts"
+        ),
+    )
+    wrapper: Literal["appliance", "release"] = Field(
+        "appliance",
+        description=(
+            "whose LMCache wrapper the server command and the connector follow: appliance "
+            "(malaiwah/glm52-exl3-vast scripts/glm52_lmcache_wrapper.sh) or release "
+            "(local-inference-lab/blackwell-llm-docker launchers/lmcache-mp-wrapper.sh)"
+        ),
+    )
+    host: str = Field("127.0.0.1", description="LMCache server address (lmcache.mp.host; server --host)")
+    port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="LMCache server port (lmcache.mp.port); null: 5555 + the API port offset",
+    )
+    http_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="the server's HTTP port (/healthcheck); null: 8089 (appliance) / 8099 (release) + offset",
+    )
+    prometheus_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="the server's Prometheus port (appliance wrapper only); null: 9090 + API port offset",
+    )
+    chunk_size: int | None = Field(
+        None, ge=1, description="LMCache chunk tokens (--chunk-size); null: 384 at DCP 3 or 6, else 512"
+    )
     offload_fraction: float = Field(
         0.5,
         ge=0.0,
         le=1.0,
-        description="share of host memory for LMCache's DRAM tier (the server sizes it on the host)",
+        description=(
+            "share of host memory for LMCache's DRAM tier (appliance wrapper: L1 = this x min(MemTotal, "
+            "cgroup limit), at least 1 GiB)"
+        ),
+    )
+    l1_gb: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "LMCache's DRAM tier in GiB (--l1-size-gb); null: offload_fraction of host memory (appliance) "
+            "or 24 (release)"
+        ),
     )
     disk_gb: int = Field(
         0, ge=0, description="LMCache's bounded NVMe tier in GiB (LMCACHE_L2_GB); 0 keeps DRAM only"
+    )
+    disk_path: str | None = Field(
+        None,
+        description=(
+            "the NVMe tier's directory (with disk_gb > 0); null: <glmlaunch cache>/lmcache/l2 (appliance) "
+            "or <glmlaunch cache>/lmcache/<API port> (release)"
+        ),
     )
 
 

@@ -44,6 +44,8 @@ class ToolSettings(BaseModel):
     supervise: bool = False
     stop_grace: float | None = Field(default=None, gt=0)
     strict_exit: bool = False
+    lmcache_bin: str | None = None
+    lmcache_start_timeout: float | None = Field(default=None, gt=0)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ToolSettings:

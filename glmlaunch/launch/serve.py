@@ -10,9 +10,10 @@ Inputs: :class:`ServeOptions` (the command line) and the caller's environment, w
 whole configuration in a container (``GLMLAUNCH_PROFILE``, ``GLMLAUNCH_SET``,
 ``GLMLAUNCH_<SECTION>__<FIELD>``, ``GLMLAUNCH_SKIP_PREFLIGHT``, ``GLMLAUNCH_BACKEND``,
 ``GLMLAUNCH_VLLM_BIN``, ``GLMLAUNCH_INVENTORY``, ``GLMLAUNCH_SUPERVISE``, ``GLMLAUNCH_STRICT_EXIT``,
-``GLMLAUNCH_STOP_GRACE``). Output: a :class:`ServePlan`; unless ``dry_run`` is set, :func:`serve` then
-replaces the process with vLLM (exec, the command line's default) or runs it as a supervised child
-(:mod:`glmlaunch.supervise`) and ends as vLLM ended.
+``GLMLAUNCH_STOP_GRACE``, ``GLMLAUNCH_LMCACHE_BIN``). Output: a :class:`ServePlan`; unless ``dry_run`` is
+set, :func:`serve` then replaces the process with vLLM (exec, the command line's default) or runs it as a
+supervised child (:mod:`glmlaunch.supervise`) and ends as vLLM ended. A profile with a managed LMCache
+server (:mod:`glmlaunch.lmcache`) is supervised: the supervisor starts that server first.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from glmlaunch.plan.check import check_report
 from glmlaunch.plan.plan import Plan, checkpoint_for, make_plan
 
 if TYPE_CHECKING:
+    from glmlaunch.lmcache.stage import LmcachePlan
     from glmlaunch.preflight.api import PreflightRun
     from glmlaunch.preflight.report import PreflightReport
 
@@ -84,8 +86,8 @@ BACKENDS = ("auto", "sparkinfer", "b12x", "replay")
 #: ``serve --dry-run --json``'s document version (docs/schemas/serve-dry-run.schema.json).
 DRY_RUN_SCHEMA_VERSION = 1
 #: the stages a dry run shows (its ``stages``), and the steps between them it does not show
-StageName = Literal["resolve", "check", "plan", "preflight", "baseline"]
-StepName = Literal["backend", "mode", "environment", "calibration", "launch-spec"]
+StageName = Literal["resolve", "lmcache", "check", "plan", "preflight", "baseline"]
+StepName = Literal["backend", "mode", "environment", "lmcache-mode", "calibration", "launch-spec"]
 Mode = Literal["exec", "supervise"]
 #: ok; note: nothing to act on in this run (a stage a dry run does not run, or what stops a launch but
 #: which a planning machine may lack: the vllm executable); warn: the launch goes on, with something to
@@ -125,6 +127,8 @@ class ServeOptions:
     watch_replay: Path | None = None
     #: --fetch: missing weights are fetched in the preflight stage (glmlaunch.fetch), not refused
     fetch: bool = False
+    #: --lmcache-bin: the executable of a managed LMCache server (else GLMLAUNCH_LMCACHE_BIN, PATH)
+    lmcache_bin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,13 @@ class Environment:
 
 
 @dataclass(frozen=True)
+class LmcacheSide:
+    """The LMCache server of the launch: managed, external, or None (``lmcache: false``)."""
+
+    plan: LmcachePlan | None
+
+
+@dataclass(frozen=True)
 class Checked:
     report: CheckReport | None  # None: no GPU to check (a dry run goes on without)
     inventory: Inventory | None
@@ -371,6 +382,54 @@ def environment_step(prior: Prior) -> StageRecord[Environment]:
     return StageRecord(
         "environment", "ok", Environment(launch_env, shadowed), messages=messages, progress=None, shown=False
     )
+
+
+def lmcache_stage(prior: Prior) -> StageRecord[LmcacheSide]:
+    """The LMCache server (glmlaunch.lmcache.stage): its command, or the external one expected; a managed
+    server's missing executable stops a launch with exit 6, and a dry run notes it (as vLLM's)."""
+    from glmlaunch.lmcache.stage import plan_server
+
+    options = prior.options
+    plan = plan_server(
+        prior.get(Resolution).config,
+        prior.get(Environment).launch.full,
+        lmcache_bin=options.lmcache_bin,
+        environ=prior.environ,
+    )
+    if plan is None:
+        return StageRecord("lmcache", "ok", LmcacheSide(None), "no LMCache", progress=None, shown=False)
+    detail = plan.line()
+    if plan.binary is not None and plan.binary.path is None:
+        try:
+            plan.require()
+        except LaunchError as exc:
+            detail += f"; lmcache: {plan.binary.problem} (from {plan.binary.source})"
+            return StageRecord("lmcache", "note", LmcacheSide(plan), detail, exc, progress=None)
+    return StageRecord("lmcache", "ok", LmcacheSide(plan), detail)
+
+
+def lmcache_mode_step(prior: Prior) -> StageRecord[LaunchMode]:
+    """A managed LMCache server is started and stopped by the supervisor: such a launch is supervised even
+    where serve would exec (a note says why), and ``--exec`` is refused (nothing would supervise it)."""
+    mode = prior.get(LaunchMode)
+    plan = prior.get(LmcacheSide).plan
+    if plan is None or plan.server != "managed" or mode.mode == "supervise":
+        return StageRecord("lmcache-mode", "ok", mode, progress=None, shown=False)
+    if prior.options.supervise is False:
+        raise ConfigError(
+            "cannot exec with a managed LMCache server: exec replaces glmlaunch with vLLM, and nothing would "
+            "start, watch or stop the server",
+            key="--exec",
+            hint="drop --exec (serve then supervises), or start the server yourself and "
+            "--set lmcache_config.server=external",
+        )
+    why = Message(
+        "note",
+        "serve: lmcache_config.server is managed: vLLM runs supervised, not exec'd (glmlaunch starts the "
+        "LMCache server before vLLM and stops it after; exec would leave nobody to)",
+    )
+    supervised = replace(mode, mode="supervise", source="lmcache_config.server=managed")
+    return StageRecord("lmcache-mode", "ok", supervised, messages=(why,), progress=None, shown=False)
 
 
 def calibration_step(prior: Prior) -> StageRecord[Plan]:
@@ -608,6 +667,8 @@ STAGES: tuple[Stage, ...] = (
     mode_step,
     resolve_stage,
     environment_step,
+    lmcache_stage,
+    lmcache_mode_step,
     calibration_step,
     check_stage,
     plan_budget_stage,
@@ -659,6 +720,8 @@ class ServePlan:
     plan: Plan | None = None
     inventory: Inventory | None = None
     preflight: PreflightReport | None = None
+    #: the LMCache server: started by the supervisor (managed), expected running (external), or None
+    lmcache: LmcachePlan | None = None
 
     @property
     def config(self) -> DeploymentConfig | None:
@@ -727,6 +790,7 @@ class ServePlan:
             "stages": [s.to_json() for s in self.stages],
             "checks": self.checks.to_json() if self.checks is not None else None,
             "warnings": [mask_secrets(w) for w in self.warnings],
+            "lmcache": self.lmcache.to_json() if self.lmcache is not None else None,
         }
 
 
@@ -752,6 +816,7 @@ def prepare(options: ServeOptions, environ: Mapping[str, str]) -> ServePlan:
         plan=planned.plan,
         inventory=checked.inventory,
         preflight=prior.get(Preflighted).report,
+        lmcache=prior.get(LmcacheSide).plan,
     )
 
 
@@ -797,6 +862,10 @@ def serve(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Se
     plan = prepare(options, env)
     if options.dry_run:
         return plan
+    if plan.lmcache is not None and plan.lmcache.server == "external":
+        from glmlaunch.lmcache.stage import check_external
+
+        check_external(plan.lmcache)
     if plan.mode.mode == "supervise":
         supervise_vllm(plan, env, options)
     exec_vllm(plan.spec)
@@ -840,6 +909,7 @@ def supervise_vllm(
             strict_exit=plan.mode.strict_exit,
             stop_grace_s=plan.mode.stop_grace_s,
             watch=watch,
+            lmcache=plan.lmcache.command if plan.lmcache is not None else None,
         )
     )
     exit_like(result.code, result.sig)
@@ -896,6 +966,8 @@ def dry_run_text(plan: ServePlan) -> str:
     for stage in plan.stages:
         lines.append(f"# {stage.line()}")
     lines.append(f"# {plan.mode.line()}")
+    if plan.lmcache is not None and plan.lmcache.command is not None:
+        lines.append(f"# lmcache command: {plan.lmcache.command.command_line()}")
     lines.append("# environment changes (the rest of the caller's environment is passed unchanged)")
     lines.extend(_env_line(c) for c in plan.spec.env_changes)
     if plan.blocking:

@@ -13,6 +13,9 @@ line, in this order of evidence:
 6. ``killed``: vLLM died by a signal;
 7. ``served``: it reached ready and exited 0; ``exited``: anything else (the code and the phase).
 
+``lmcache-failed`` is the supervisor's own (:mod:`.session`): the managed LMCache server was not ready, or
+died while vLLM ran; it takes precedence over what vLLM's stop then looked like.
+
 :func:`plan_vs_boot` is the block printed when vLLM is ready: W, P, N, G_e, T - F0 and the KV tokens,
 as the plan stage predicted them and as this boot logged them (worst rank), and the calibration the
 plan used.
@@ -34,7 +37,9 @@ if TYPE_CHECKING:
     from glmlaunch.calibrate.records import Calibration
     from glmlaunch.vllmlog.boot import BootLog, Refusal
 
-OutcomeKind = Literal["served", "refused", "oom", "hung", "failed", "engine-error", "killed", "exited"]
+OutcomeKind = Literal[
+    "served", "refused", "oom", "hung", "failed", "engine-error", "killed", "exited", "lmcache-failed"
+]
 
 
 @dataclass(frozen=True)

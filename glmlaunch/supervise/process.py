@@ -275,11 +275,13 @@ def end_tree(
     *,
     on_reaped: Callable[[int, int], None] | None = None,
     poll_s: float = 0.05,
+    spare: Callable[[], frozenset[int]] | None = None,
 ) -> list[LeftBehind]:
     """Terminate and reap every descendant still alive: SIGTERM, ``grace_s``, then SIGKILL.
 
     Each process is signalled individually (they may sit in other sessions and groups); a process whose
-    parent dies meanwhile is re-parented here (subreaper) and found on the next pass.
+    parent dies meanwhile is re-parented here (subreaper) and found on the next pass. ``spare``: processes
+    left alone (the LMCache server, drained after vLLM's leftovers, :mod:`.cache_server`).
     """
     seen: dict[int, Proc] = {}
     termed: set[int] = set()
@@ -290,10 +292,11 @@ def end_tree(
         for pid, status in reap():
             if on_reaped is not None:
                 on_reaped(pid, status)
-        alive = {pid: p for pid, p in descendants().items() if not p.zombie}
+        spared = spare() if spare is not None else frozenset()
+        alive = {pid: p for pid, p in descendants().items() if not p.zombie and pid not in spared}
         for pid, p in alive.items():
             seen.setdefault(pid, p)
-        if not alive and not any(p.zombie for p in descendants().values()):
+        if not alive and not any(p.zombie and pid not in spared for pid, p in descendants().items()):
             break
         now = time.monotonic()
         for pid in alive:
@@ -306,7 +309,8 @@ def end_tree(
         if now >= hard_deadline:
             break
         time.sleep(poll_s)
-    still = {pid for pid, p in descendants().items() if not p.zombie}
+    spared = spare() if spare is not None else frozenset()
+    still = {pid for pid, p in descendants().items() if not p.zombie and pid not in spared}
     out: list[LeftBehind] = []
     for pid, p in sorted(seen.items()):
         if pid in still:

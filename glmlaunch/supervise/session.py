@@ -6,21 +6,28 @@ same argv and environment the exec hand-off would use, and returns how glmlaunch
 
 1. the boot directory (:mod:`.boots`) gets the launch, the resolved configuration, the plan, the
    preflight and the inventory; the GPUs' free memory is read (the baseline) when NVML answers;
-2. glmlaunch becomes a child subreaper, blocks the signals it forwards, and starts vLLM in its own
-   session (:mod:`.process`), its output on pipes, or a pty where glmlaunch's own is a terminal;
+2. glmlaunch becomes a child subreaper, blocks the signals it forwards; where the profile has a managed
+   LMCache server (``Launch.lmcache``), starts it and waits until it is ready (:mod:`.cache_server`; not
+   ready within its start timeout, or dead before: its log tail, a root cause, exit 12, vLLM never
+   started); then starts vLLM in its own session (:mod:`.process`), its output on pipes, or a pty where
+   glmlaunch's own is a terminal;
 3. reader threads forward the bytes (:mod:`.tee`); one more thread parses them (:mod:`.stream`); the
    main thread waits for signals: it forwards each one but SIGCHLD, reaps, and after a stopping signal
    (TERM, INT, HUP, QUIT) keeps the deadline: vLLM's drain time (``--shutdown-timeout``) plus a margin,
    inside ``GLMLAUNCH_STOP_GRACE`` when given; then SIGTERM, and later SIGKILL, to vLLM's process group;
+   the LMCache server dying meanwhile stops vLLM (SIGTERM, the same deadline) and ends the boot with 12;
 4. at the ready line: the calibration record (keyed on the launch) and the plan-vs-boot block;
-5. when vLLM has exited: every process it left behind is terminated and reaped, the readers drain, the
+5. when vLLM has exited: every process it left behind is terminated and reaped, then the LMCache server
+   is drained (SIGTERM, a grace, SIGKILL to its group; its leftovers reaped), the readers drain, the
    outcome is classified (:mod:`.outcome`), the record written or updated, the GPUs checked back at
    their baseline (skipped with a note without NVML; never changes the exit status), ``outcome.json``
    written, and stderr says ``vllm exited N``.
 
 Once vLLM has started, glmlaunch's exit status is vLLM's (its code, or death by its signal), except with
-``--strict-exit`` when vLLM exited 0 after a fatal engine error in its log (exit 9). A problem in this
-module after the start (a full disk, a bug) is a warning: it never takes vLLM's status away.
+``--strict-exit`` when vLLM exited 0 after a fatal engine error in its log (exit 9), and when the LMCache
+server died while vLLM ran (exit 12: vLLM was stopped because of it; upstream's wrappers exit 1, which is
+glmlaunch's internal error). A problem in this module after the start (a full disk, a bug) is a warning:
+it never takes vLLM's status away.
 """
 
 from __future__ import annotations
@@ -40,9 +47,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from glmlaunch import __version__
-from glmlaunch.errors import ExitCode, GlmlaunchError, LaunchError
+from glmlaunch.errors import ExitCode, GlmlaunchError, LaunchError, LmcacheError
 from glmlaunch.output import debug_enabled, note, warn
-from glmlaunch.supervise import process
+from glmlaunch.supervise import cache_server, process
 from glmlaunch.supervise.boots import BootDir, last_timeline
 from glmlaunch.supervise.outcome import Verdict, classify, plan_vs_boot
 from glmlaunch.supervise.stream import BootStream
@@ -54,6 +61,7 @@ if TYPE_CHECKING:
     from glmlaunch.config.schema import DeploymentConfig
     from glmlaunch.hardware.baseline import GpuMemory
     from glmlaunch.hardware.inventory import Inventory
+    from glmlaunch.lmcache.command import ServerCommand
     from glmlaunch.supervise.watching import Watching, WatchSetup
     from glmlaunch.vllmlog.boot import BootLog
 
@@ -90,6 +98,8 @@ class Launch:
     stop_grace_s: float | None = None
     #: serve --watch: the watch on a thread, against the plan the serve stage judged
     watch: WatchSetup | None = None
+    #: the managed LMCache server, started before vLLM and drained after it (glmlaunch.lmcache)
+    lmcache: ServerCommand | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +187,7 @@ class _Run:
     notes: list[str] = field(default_factory=list)
     baseline_note: str | None = None
     watching: Watching | None = None
+    lmcache: cache_server.CacheServer | None = None
 
 
 def supervise(launch: Launch) -> Result:
@@ -207,6 +218,7 @@ def supervise(launch: Launch) -> Result:
             "supervisor_pid": os.getpid(),
             "strict_exit": launch.strict_exit,
             "stop_grace_s": launch.stop_grace_s,
+            "lmcache": launch.lmcache.to_json() if launch.lmcache is not None else None,
         },
     )
     reaper_note = process.become_subreaper()
@@ -215,7 +227,155 @@ def supervise(launch: Launch) -> Result:
             note(f"supervise: {line}")
             run.notes.append(line)
     before = _baseline_before(launch, run)
+    if launch.lmcache is not None:
+        stopped = _start_lmcache(run, launch.lmcache)
+        if stopped is not None:
+            return stopped
     return _run_child(run, before)
+
+
+def _lmcache_reaped(run: _Run) -> Callable[[int, int], None]:
+    """The reaping callback of the loops that reap on vLLM's behalf: LMCache's own status is kept."""
+
+    def on_reaped(pid: int, status: int) -> None:
+        server = run.lmcache
+        if server is not None and pid == server.pid:
+            server.reaped(status)
+        else:
+            run.reaped_other.append(pid)
+
+    return on_reaped
+
+
+def _start_lmcache(run: _Run, command: ServerCommand) -> Result | None:
+    """Start the LMCache server and wait until it is ready; None then. A stop signal meanwhile: the
+    server drained and the result to end with (130). Not ready: its log tail, the root cause, exit 12."""
+    from glmlaunch.lmcache.probe import port_taken
+
+    ep = command.endpoint
+    process.block_signals()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if port_taken(ep.host, ep.port):
+        why = (
+            f"the LMCache port {ep.host}:{ep.port} already accepts connections before the server was started "
+            "(another LMCache, or another deployment with the same server.port)"
+        )
+        _write_early_outcome(run, "lmcache-failed", why)
+        process.unblock_signals()
+        raise LmcacheError(
+            why + "; nothing was started",
+            key="lmcache_config.port",
+            value=ep.port,
+            hint="stop that process, move this deployment (server.port or lmcache_config.port), or use "
+            "it with lmcache_config.server=external",
+        )
+    try:
+        server = cache_server.start(command, run.boot.path)
+    except OSError as exc:
+        process.unblock_signals()
+        raise LaunchError(
+            f"cannot execute {command.argv[0]}: {exc.strerror or exc}",
+            key="lmcache",
+            hint="a script needs a #! line and execute permission; a binary must match this machine",
+        ) from None
+    run.lmcache = server
+    note(f"supervise: LMCache server pid {server.pid}: {command.command_line()}")
+    note(f"supervise: LMCache's log: {server.log.path}")
+    on_reaped = _lmcache_reaped(run)
+    waited, sig = cache_server.wait_ready(server, on_reaped=on_reaped)
+    grace = cache_server.drain_grace(run.launch.stop_grace_s)
+    if waited == "ready":
+        note(
+            f"supervise: LMCache ready after {fmt_seconds(server.ready_s or 0.0)} ({server.ready_by}): "
+            f"{command.summary()}"
+        )
+        return None
+    if waited == "signal" and sig is not None:
+        name = process.signal_name(sig)
+        run.forwarded.append({"t_s": 0.0, "signal": name, "to": "lmcache"})
+        warn(f"supervise: {name} while the LMCache server was starting: it is stopped; vLLM is not started")
+        cache_server.drain(server, grace, on_reaped=on_reaped)
+        doc = _write_early_outcome(
+            run,
+            "exited",
+            f"stopped by {name} from glmlaunch's caller while the LMCache server was starting; vLLM was not "
+            "started",
+        )
+        process.unblock_signals()
+        return Result(int(ExitCode.INTERRUPTED), None, doc)
+    if waited == "timeout":
+        what = (
+            f"the LMCache server was not ready within {fmt_seconds(command.start_timeout_s)} (no answer "
+            f"from {ep.health_url}, no {command.ready_text!r} in its log)"
+        )
+    else:
+        what = f"the LMCache server exited before it was ready ({server.how()})"
+    cache_server.drain(server, grace, on_reaped=on_reaped)
+    cause = server.cause()
+    diagnosis = f"{what}: {cause}" if cause else f"{what}; its log names no cause"
+    _show_lmcache_tail(server)
+    _write_early_outcome(run, "lmcache-failed", diagnosis)
+    process.unblock_signals()
+    raise LmcacheError(
+        diagnosis + "; vLLM was not started",
+        key="lmcache",
+        hint=f"its log: {server.log.path}; GLMLAUNCH_LMCACHE_START_TIMEOUT gives it longer"
+        if waited == "timeout"
+        else f"its log: {server.log.path}",
+    )
+
+
+def _show_lmcache_tail(server: cache_server.CacheServer) -> None:
+    """The server's last lines on stderr, as the wrappers print its log when it fails (appliance L114-115,
+    release L323-324); masked already (they are the boot's copy)."""
+    lines = server.tail()
+    if not lines:
+        warn(f"supervise: LMCache's log is empty ({server.log.path})")
+        return
+    warn(f"supervise: the last {len(lines)} line(s) of LMCache's log ({server.log.path}):")
+    for line in lines:
+        sys.stderr.write(f"  lmcache| {line}\n")
+    sys.stderr.flush()
+
+
+def _write_early_outcome(run: _Run, kind: str, diagnosis: str) -> dict[str, Any]:
+    """outcome.json of a boot that ended before vLLM started (the LMCache server failed, or a stop)."""
+    server = run.lmcache
+    doc: dict[str, Any] = {
+        "boot_id": run.boot.boot_id,
+        "profile": run.launch.profile,
+        "pid": None,
+        "started_at": run.started_at,
+        "ready_at": None,
+        "ended_at": _now_iso(),
+        "running": False,
+        "ready": False,
+        "outcome": kind,
+        "diagnosis": diagnosis,
+        "exit": None,
+        "glmlaunch_exit": {
+            "code": int(ExitCode.LMCACHE if kind == "lmcache-failed" else ExitCode.INTERRUPTED),
+            "signal": None,
+            "status": f"exit {int(ExitCode.LMCACHE if kind == 'lmcache-failed' else ExitCode.INTERRUPTED)}",
+        },
+        "timeline": run.timeline.to_json(0.0),
+        "findings": [],
+        "record": {"record_id": None, "path": None, "problem": "vLLM was not started"},
+        "signals_forwarded": run.forwarded,
+        "escalations": [],
+        "left_behind": [],
+        "processes_seen": [],
+        "gpu_baseline": None,
+        "log": {"lines": 0, "boot_log_bytes": 0, "boot_log_capped": False},
+        "notes": run.notes,
+        "watch": None,
+        "lmcache": server.to_json() if server is not None else None,
+    }
+    _safely("writing outcome.json", lambda: run.boot.write_json("outcome.json", doc))
+    say = warn if kind == "lmcache-failed" else note
+    say(f"supervise: boot {run.boot.boot_id}: {kind}: {diagnosis}")
+    return doc
 
 
 def _baseline_before(launch: Launch, run: _Run) -> list[GpuMemory] | None:
@@ -319,9 +479,18 @@ def _start_watch(run: _Run) -> Watching | None:
         config=launch.config,
         env=launch.env,
         boot_dir=run.boot.path,
-        # everything under glmlaunch is vLLM's (glmlaunch is the subreaper of whatever vLLM starts)
-        known_pids=lambda: frozenset(process.descendants()),
+        known_pids=lambda: deployment_pids(run.lmcache),
     )
+
+
+def deployment_pids(server: cache_server.CacheServer | None) -> frozenset[int]:
+    """The processes the watch counts as the deployment: everything under glmlaunch (vLLM and whatever it
+    started: glmlaunch is their subreaper), the LMCache server and its workers included: its GPU workers
+    hold CUDA memory of the deployment, not a foreign process's."""
+    pids = set(process.descendants())
+    if server is not None and server.alive:
+        pids |= server.tree()
+    return frozenset(pids)
 
 
 def _stop_watch(run: _Run) -> dict[str, Any] | None:
@@ -366,10 +535,23 @@ def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | N
             run.forwarded.append({"t_s": round(now - child.started, 3), "signal": process.signal_name(sig)})
             if sig in process.STOPPING and escalate_at is None:
                 escalate_at = now + stops.deadline_s
+        vllm_status: int | None = None
         for pid, status in process.reap():
             if pid == child.pid:
-                return status
-            run.reaped_other.append(pid)
+                vllm_status = status
+            elif run.lmcache is not None and pid == run.lmcache.pid:
+                run.lmcache.reaped(status)
+                if vllm_status is None and _lmcache_died(run, child):
+                    process.send(child.pid, signal.SIGTERM)
+                    run.forwarded.append(
+                        {"t_s": round(now - child.started, 3), "signal": "SIGTERM", "why": "LMCache died"}
+                    )
+                    if escalate_at is None:
+                        escalate_at = now + stops.deadline_s
+            else:
+                run.reaped_other.append(pid)
+        if vllm_status is not None:
+            return vllm_status
         if escalate_at is not None and kill_at is None and now >= escalate_at:
             warn(
                 f"supervise: vLLM did not exit within {fmt_seconds(stops.deadline_s)} of the stop signal: "
@@ -388,6 +570,24 @@ def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | N
         if now >= next_tick:
             next_tick = now + TICK_S
             _tick(run, child, now)
+
+
+def _lmcache_died(run: _Run, child: process.Child) -> bool:
+    """The LMCache server ended while vLLM ran: said with its log, and vLLM is to be stopped (upstream's
+    wrappers: "LMCache exited while vLLM was running", then stop vLLM, exit 1; appliance L139-145, release
+    L360-366). False when glmlaunch was already stopping vLLM (then the server's end is no cause)."""
+    server = run.lmcache
+    assert server is not None
+    if any(str(f["signal"]) in _STOP_NAMES and "why" not in f for f in run.forwarded):
+        return False
+    server.died_while_serving = True
+    server.ended = f"died while vLLM ran: {server.how()}"
+    warn(
+        f"supervise: the LMCache server (pid {server.pid}) exited while vLLM was running ({server.how()}): "
+        f"SIGTERM to vLLM (pid {child.pid}); glmlaunch will exit {int(ExitCode.LMCACHE)}"
+    )
+    _show_lmcache_tail(server)
+    return True
 
 
 def _tick(run: _Run, child: process.Child, now: float) -> None:
@@ -468,9 +668,24 @@ def _after_exit(
     stops: Deadlines,
 ) -> Result:
     status_text = process.describe_status(code, sig)
-    left = process.end_tree(stops.kill_after_s, on_reaped=lambda pid, _s: run.reaped_other.append(pid))
+    server = run.lmcache
+    on_reaped = _lmcache_reaped(run)
+    left = process.end_tree(
+        stops.kill_after_s,
+        on_reaped=on_reaped,
+        spare=(lambda: server.tree()) if server is not None else None,
+    )
     if not process.LINUX:
         process.send_group(child.pgid, signal.SIGKILL)
+    if server is not None:
+        # vLLM and its leftovers are gone: the LMCache server drains now (appliance L150-151, release L368)
+        if server.alive:
+            note(f"supervise: vLLM exited: draining the LMCache server (pid {server.pid})")
+        cache_server.drain(server, cache_server.drain_grace(run.launch.stop_grace_s), on_reaped=on_reaped)
+        note(f"supervise: LMCache server: {server.ended}")
+        if server.left_behind:
+            shown = ", ".join(f"{p.name} pid {p.pid} ({p.ended})" for p in server.left_behind)
+            warn(f"supervise: LMCache left {len(server.left_behind)} process(es) behind; reaped: {shown}")
     if not tee.stop(10.0):
         warn("supervise: vLLM's output is still open after it exited (a process outside glmlaunch's reach)")
     if not stream.join(30.0):
@@ -481,7 +696,9 @@ def _after_exit(
         warn(f"supervise: vLLM's {name} could not be forwarded after a point: {why}")
     ready = stream.ready.is_set()
     parsed: BootLog | None = None if ready else _safely("parsing the boot log", lambda: _parse(run))
-    stopping = dict.fromkeys(str(f["signal"]) for f in run.forwarded if str(f["signal"]) in _STOP_NAMES)
+    stopping = dict.fromkeys(
+        str(f["signal"]) for f in run.forwarded if str(f["signal"]) in _STOP_NAMES and "why" not in f
+    )
     stopped_by = ", ".join(stopping) or None
     verdict: Verdict = classify(
         code=code,
@@ -492,6 +709,14 @@ def _after_exit(
         boot=parsed,
         stopped_by=f"{stopped_by} from glmlaunch's caller" if stopped_by else None,
     )
+    lmcache_failed = server is not None and server.died_while_serving
+    if lmcache_failed and server is not None:
+        cause = server.cause()
+        verdict = Verdict(
+            "lmcache-failed",
+            f"the LMCache server exited while vLLM was running ({server.how()}"
+            f"{', ' + cause if cause else ''}); vLLM was stopped and {status_text.replace('exit', 'exited')}",
+        )
     final = _supervised(run, verdict.kind, status_text, verdict.diagnosis)
     watch_summary = _safely("stopping the watch", lambda: _stop_watch(run))
     if run.record is not None:
@@ -504,7 +729,9 @@ def _after_exit(
         _safely("the calibration record", lambda: _ingest(run, final))
     baseline = _baseline_after(run, before, child.pid, left)
     glm_code, glm_sig = code, sig
-    if run.launch.strict_exit and verdict.kind == "engine-error":
+    if lmcache_failed:
+        glm_code, glm_sig = int(ExitCode.LMCACHE), None
+    elif run.launch.strict_exit and verdict.kind == "engine-error":
         glm_code, glm_sig = int(ExitCode.ENGINE_FAILED), None
     elif sig is not None and os.getpid() == 1:
         glm_code, glm_sig = 128 + sig, None
@@ -513,7 +740,10 @@ def _after_exit(
     )
     _safely("writing outcome.json", lambda: run.boot.write_json("outcome.json", doc))
     _report(run, verdict, left, baseline)
-    if glm_code == int(ExitCode.ENGINE_FAILED) and verdict.kind == "engine-error":
+    if lmcache_failed:
+        note(f"vllm exited: {status_text}")
+        warn(f"the LMCache server died while vLLM was running; glmlaunch exits {glm_code}")
+    elif glm_code == int(ExitCode.ENGINE_FAILED) and verdict.kind == "engine-error":
         warn(f"vllm exited 0 after a fatal engine error; --strict-exit: glmlaunch exits {glm_code}")
     elif sig is not None:
         note(
@@ -652,4 +882,5 @@ def _outcome_doc(
         },
         "notes": run.notes,
         "watch": dict(watch) if watch is not None else None,
+        "lmcache": run.lmcache.to_json() if run.lmcache is not None else None,
     }

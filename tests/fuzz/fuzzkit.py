@@ -36,7 +36,7 @@ BOOT_LOGS = sorted((FIXTURES / "boot-logs").glob("*.log")) + sorted((FIXTURES / 
 ARGV_FIXTURE = FIXTURES / "r12-exl3.argv"
 
 #: The documented exit codes (README "Exit codes"); 1 is an internal error, i.e. a bug.
-DOCUMENTED_EXIT_CODES = frozenset({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 130})
+DOCUMENTED_EXIT_CODES = frozenset({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 130})
 #: The per-case deadline (issue 13: every run under 5 s).
 DEADLINE_S = 5.0
 #: A real secret in the caller's environment, and planted secret-named values: never in any output.

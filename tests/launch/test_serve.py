@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -57,15 +59,23 @@ def write_fake_vllm(directory: Path, name: str = "vllm") -> Path:
 
 
 @pytest.fixture
-def fake(tmp_path: Path, clean_env: dict[str, str]) -> tuple[Path, Path, dict[str, str]]:
-    """(fake vllm path, record file, environment with the fake first on PATH)."""
+def fake(tmp_path: Path, clean_env: dict[str, str]) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+    """(fake vllm path, record file, environment with the fake first on PATH).
+
+    The turnkey runs LMCache: these tests are about exec, which a managed server rules out (it would make the
+    launch supervised; tests/lmcache covers that), so its server is an external one, a listener of this
+    fixture's on a free port (``lmcache_config.server=external`` checks that it answers).
+    """
     bindir = tmp_path / "fakebin"
     exe = write_fake_vllm(bindir)
     record = tmp_path / "record.json"
     env = dict(clean_env)
     env["PATH"] = os.pathsep.join([str(bindir), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
     env["FAKE_VLLM_RECORD"] = str(record)
-    return exe, record, env
+    with socket.create_server(("127.0.0.1", 0)) as lmcache:
+        env["GLMLAUNCH_LMCACHE_CONFIG__SERVER"] = "external"
+        env["GLMLAUNCH_LMCACHE_CONFIG__PORT"] = str(lmcache.getsockname()[1])
+        yield exe, record, env
 
 
 def start(*args: str, env: dict[str, str], cmd: list[str] | None = None) -> tuple[int, int, str, str]:
@@ -136,7 +146,8 @@ def test_dry_run_shows_exactly_what_exec_runs(fake: Fake) -> None:
     assert not record.exists(), "a dry run starts nothing"
     assert doc["dry_run"] is True and doc["started"] is False
     assert {s["stage"]: s["status"] for s in doc["stages"]} == {
-        "resolve": "ok", "check": "ok", "plan": "ok", "preflight": "skipped", "baseline": "skipped",
+        "resolve": "ok", "lmcache": "ok", "check": "ok", "plan": "ok", "preflight": "skipped",
+        "baseline": "skipped",
     }
     validate(doc)
     rc, _, text, err = start(*base, "--dry-run", *extra, env=env)

@@ -22,6 +22,11 @@ Environment (all optional but the log):
 * ``FAKE_VLLM_RECORD``: a directory; each process writes ``<role>-<pid>.json`` there (its pid, parent,
   session, whether stdout is a terminal) and appends every signal it receives to ``signals-<pid>``.
 
+With ``--kv-transfer-config`` (an LMCache connector) in its arguments, the API server connects to the
+LMCache server the connector names before it writes a line of the log, as vLLM's ``LMCacheMPConnector``
+does at engine start-up, long before the ready line; no server there: an error line and exit 1. It records
+when it connected (``lmcache_connected_at``, monotonic) and holds the connection while it runs.
+
 On SIGTERM (``serve``), the API server writes its drain to stderr (stdout stays the log), asks the
 engine to stop (the engine stops its workers), waits for them and exits 0, as vLLM's shutdown does.
 """
@@ -33,6 +38,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -163,6 +169,29 @@ def then(action: str) -> None:
         time.sleep(0.1)
 
 
+def connect_lmcache() -> dict[str, object] | None:
+    """Connect to the LMCache server ``--kv-transfer-config`` names, as vLLM's connector does."""
+    if "--kv-transfer-config" not in sys.argv:
+        return None
+    conf = json.loads(sys.argv[sys.argv.index("--kv-transfer-config") + 1])
+    extra = conf["kv_connector_extra_config"]
+    host, port = str(extra["lmcache.mp.host"]).removeprefix("tcp://"), int(extra["lmcache.mp.port"])
+    try:
+        sock = socket.create_connection((host, port), timeout=2.0)
+    except OSError as exc:
+        sys.stderr.write(
+            f"(EngineCore pid={os.getpid()}) ERROR [lmcache_mp_connector.py] ConnectionRefusedError: "
+            f"no LMCache server at tcp://{host}:{port}: {exc}\n"
+        )
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+    CONNECTIONS.append(sock)
+    return {"host": host, "port": port, "connected_at": time.monotonic()}
+
+
+CONNECTIONS: list[socket.socket] = []
+
+
 def api_main() -> None:
     drain_s = float(os.environ.get("FAKE_VLLM_DRAIN_S", "0.2"))
 
@@ -176,14 +205,21 @@ def api_main() -> None:
         stop_children()
         sys.stderr.write("fake vllm: drained, exiting 0\n")
         sys.stderr.flush()
+        if RECORD:  # when the drain ended (monotonic): what a supervisor does after it comes later
+            with open(os.path.join(RECORD, f"drained-{os.getpid()}"), "w") as fh:
+                fh.write(f"{time.monotonic():.6f}\n")
         os._exit(0)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_term)
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH):
         signal.signal(sig, lambda s, _f: note_signal(s))
+    lmcache = connect_lmcache()
     spawn("engine")
-    record(env={k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "VLLM_", "HF_"))})
+    record(
+        env={k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "VLLM_", "HF_", "PYTORCH_"))},
+        lmcache=lmcache,
+    )
     with open(os.environ["FAKE_VLLM_LOG"], "rb") as fh:
         lines = fh.read().split(b"\n")
     body = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
