@@ -149,7 +149,9 @@ def _heads(c: DeploymentConfig) -> Iterator[Finding]:
             "parallel.tp",
             f"{heads} attention heads are not divisible by tp",
             tp,
-            tuple(str(d) for d in range(1, heads + 1) if heads % d == 0),
+            # the TP sizes that split the heads, up to the GPUs there are: a loop to ``heads`` never ends
+            # for a fuzzed head count of 10**18
+            tuple(str(d) for d in range(1, min(heads, max(c.hardware.gpu_count, 1)) + 1) if heads % d == 0),
         )
 
 

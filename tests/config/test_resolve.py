@@ -184,6 +184,13 @@ def test_dcp_must_divide_tp() -> None:
 def test_heads_divisible_by_tp() -> None:
     text = expect_error("gate", ["parallel.tp=3", "parallel.dcp=1", "hardware.gpu_count=8"])
     assert "64 attention heads are not divisible by tp" in text
+    assert "allowed: 1, 2, 4, 8;" in text  # the TP sizes that split them, up to the GPUs there are
+
+
+def test_heads_allowed_values_are_bounded_by_the_gpus() -> None:
+    # a head count of 10**18 + 1: listing every divisor up to it never ended (the fuzz found it)
+    text = expect_error("gate", ["model.geometry.num_attention_heads=1000000000000000001"])
+    assert "attention heads are not divisible by tp" in text and "allowed: 1;" in text
 
 
 def test_capture_window() -> None:
