@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from glmlaunch.config import paths
+from glmlaunch.config.lmcache_endpoint import BASE_PORT, endpoint
 from glmlaunch.config.schema import DeploymentConfig
 
 if TYPE_CHECKING:
@@ -58,6 +59,20 @@ NON_MEMORY_SETTINGS: tuple[str, ...] = (
     "cudagraph.capture_sizes",
     "cudagraph.capture_rule",
     "memory.allocator",
+    # who starts the LMCache server and after which wrapper: process management, not a rank's memory
+    "lmcache_config.server",
+    "lmcache_config.wrapper",
+)
+
+#: Settings added after records began to be written: left out of the fingerprint while unset (null), so a
+#: record written before they existed, which cannot name them, is the same configuration as a fresh one
+#: (compare() already reads an absent key as unset); set, they are part of it like any other
+ADDED_SETTINGS: tuple[str, ...] = (
+    "lmcache_config.chunk_size",
+    "lmcache_config.disk_path",
+    "lmcache_config.http_port",
+    "lmcache_config.l1_gb",
+    "lmcache_config.prometheus_port",
 )
 
 SOFTWARE_DISTRIBUTIONS: tuple[str, ...] = ("vllm", "torch", "b12x", "sparkinfer")
@@ -69,7 +84,18 @@ def _denied(key: str) -> bool:
 
 def memory_settings(config: DeploymentConfig) -> dict[str, JsonLeaf]:
     """The memory-relevant configuration as flat dotted keys (``settings.`` prefix not included)."""
-    flat = {k: v for k, v in paths.flatten(config.model_dump(mode="json")) if not _denied(k)}
+    flat = {
+        k: v
+        for k, v in paths.flatten(config.model_dump(mode="json"))
+        if not _denied(k) and not (v is None and k in ADDED_SETTINGS)
+    }
+    # The port records always carried (5555 then) is null by default now, derived from the API port as
+    # upstream's wrapper derives it: its effective value where LMCache runs, 5555 where it does not (no port
+    # is used, and a record of such a boot keeps the identity it always had).
+    port = config.lmcache_config.port
+    if port is None:
+        port = endpoint(config).port if config.lmcache else BASE_PORT
+    flat["lmcache_config.port"] = port
     flat["cudagraph.capture_sizes_effective"] = config.capture_sizes()
     flat["memory.allocator_conf_effective"] = config.allocator_conf
     return dict(sorted(flat.items()))
