@@ -12,7 +12,9 @@ Usage::
   A generation's tree is ``git archive`` of its base commit plus its release's ``integration.patch`` (its
   sha256 checked against the lock), accepted only when ``git write-tree`` equals the lock's result tree
   (the tree glmlaunch/ledger/constants.py cites). The release's vLLM ``integration.patch`` is saved beside
-  it as ``<stack>.vllm.patch``.
+  it as ``<stack>.vllm.patch`` (and, for b12x-ii, the patch whose context shows the vLLM base's channel
+  code as ``<stack>.vllm-context.patch``). Gilded Gnosis locks are under
+  ``patches/releases/gilded-gnosis-v20-r*/``, Infernal Invocation's under ``infernal-invocation-r*/``.
 * ``--wheels``: ``pip download`` the PyPI releases equal to the B12X generations in their memory modules
   (b12x 1.2.1 = b12x-r29, 1.2.4 = b12x-r32), checked by sha256, unzipped to ``<stack>-wheel/``.
 
@@ -51,6 +53,14 @@ class Generation:
     tree: str
     vllm_release: str
     wheel: tuple[str, str] | None = None  # (version, sha256)
+    #: the folder of patches/releases/ holding the release's locks (the Gilded Gnosis name by default)
+    release_dir: str | None = None
+    #: a patch of the same vLLM branch whose context lines show the channel code of the release's base
+    #: (saved as ``<stack>.vllm-context.patch``), where the release's own patch does not show it
+    vllm_context: str | None = None
+
+    def folder(self, release: str) -> str:
+        return self.release_dir or f"gilded-gnosis-v20-{release}"
 
 
 GENERATIONS = {
@@ -85,6 +95,16 @@ GENERATIONS = {
             "r34",
             ("1.2.4", "6192de0b6ff51611ba7f0f42dff326e4f3fb9db36002ed1f3f2a76b155581e27"),
         ),
+        Generation(
+            "b12x-ii",
+            "b12x",
+            "ii-r18",
+            None,
+            "75787c7a7431b3bea414d2ebf5f2b8671b23eb33",
+            "ii-r18",
+            release_dir="infernal-invocation-r18",
+            vllm_context="patches/releases/kimi-k3-qsrt-ii-r3/vllm/integration.patch",
+        ),
     )
 }
 
@@ -106,7 +126,7 @@ def build_tree(g: Generation, source: Path, docker: Path, dest: Path) -> str:
     """git archive of the base (+ the release's integration patch), checked against the tree hash."""
     lock = None
     if g.release is not None:
-        prefix = f"patches/releases/gilded-gnosis-v20-{g.release}/{g.library}"
+        prefix = f"patches/releases/{g.folder(g.release)}/{g.library}"
         lock = json.loads(docker_file(docker, f"{prefix}/integration.lock.json"))
         base = lock["base"]["commit"]
     else:
@@ -132,7 +152,7 @@ def build_tree(g: Generation, source: Path, docker: Path, dest: Path) -> str:
     )
     if lock is not None:
         patch = docker_file(
-            docker, f"patches/releases/gilded-gnosis-v20-{g.release}/{g.library}/integration.patch"
+            docker, f"patches/releases/{g.folder(g.release)}/{g.library}/integration.patch"
         )
         if hashlib.sha256(patch).hexdigest() != lock["result"]["patch_sha256"]:
             raise SystemExit(f"{g.stack}: integration.patch does not match the lock's sha256")
@@ -147,9 +167,11 @@ def build_tree(g: Generation, source: Path, docker: Path, dest: Path) -> str:
 
 
 def save_vllm_patch(g: Generation, docker: Path, dest: Path) -> Path:
-    patch = docker_file(docker, f"patches/releases/gilded-gnosis-v20-{g.vllm_release}/vllm/integration.patch")
+    patch = docker_file(docker, f"patches/releases/{g.folder(g.vllm_release)}/vllm/integration.patch")
     path = dest / f"{g.stack}.vllm.patch"
     path.write_bytes(patch)
+    if g.vllm_context is not None:
+        (dest / f"{g.stack}.vllm-context.patch").write_bytes(docker_file(docker, g.vllm_context))
     return path
 
 

@@ -1,5 +1,6 @@
 """Write glmlaunch/config/library_env.json from the recorded generations (tests/fixtures/generations/*.json):
-every SPARKINFER_* / B12X_* name each generation's library reads, with the file:line in its tree.
+every SPARKINFER_* / B12X_* name each generation's library reads, with the file:line in its tree, and
+what each release generation reads and no longer reads against the one before it of its library.
 
 Run after re-recording a generation (scripts/record_generation.py); check that the two are in step with::
 
@@ -20,12 +21,25 @@ TARGET = REPO / "glmlaunch" / "config" / "library_env.json"
 
 def build() -> str:
     sys.path.insert(0, str(REPO))
-    from glmlaunch.config.releases import STACKS
+    from glmlaunch.config.releases import RELEASE_BANDS, STACKS
 
-    generations = {}
+    generations: dict[str, dict[str, object]] = {}
+    previous: dict[str, str] = {}
     for stack in STACKS:
         doc = json.loads((FIXTURES / f"{stack}.json").read_text())
         generations[stack] = {"package": doc["package"], "tree": doc["tree"], "reads": doc["env_reads"]}
+        # what a release generation reads and no longer reads against the one before it of its library
+        # (the lab row is no release: it is compared with nothing)
+        before = previous.get(doc["package"])
+        if before is not None and stack in RELEASE_BANDS:
+            mine, theirs = set(doc["env_reads"]), set(generations[before]["reads"])  # type: ignore[arg-type]
+            generations[stack]["since"] = {
+                "generation": before,
+                "reads_added": sorted(mine - theirs),
+                "reads_dropped": sorted(theirs - mine),
+            }
+        if stack in RELEASE_BANDS:
+            previous[doc["package"]] = stack
     data = {
         "schema_version": 1,
         "note": "written by scripts/gen_library_env.py from tests/fixtures/generations/*.json; do not edit",

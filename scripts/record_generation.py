@@ -299,24 +299,56 @@ def scan_env(root: Path, pkg: str) -> dict[str, str]:
     }
 
 
-def vllm_facts(patch: Path) -> dict[str, Any]:
-    """Lines of the integration patch's non-test files that name the channel model (PR 216)."""
-    facts: dict[str, Any] = {"patch_sha256": hashlib.sha256(patch.read_bytes()).hexdigest(), "lines": {}}
+def _patch_lines(patch: Path, kinds: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
+    """(path, patch line, text) of the non-test files' lines of one ``kinds`` (``+`` added, `` `` context)."""
     current = ""
     for n, line in enumerate(patch.read_text(errors="replace").splitlines(), 1):
-        if line.startswith("diff --git "):
+        if line.startswith("diff "):
             current = line.split()[2][2:]
             continue
-        if "/tests/" in f"/{current}" or not line.startswith(("+", " ")):
+        if "/tests/" in f"/{current}" or not line.startswith(kinds):
             continue
+        yield current, n, line[1:].strip()
+
+
+def vllm_facts(patch: Path, context: Path | None = None) -> dict[str, Any]:
+    """Lines of the integration patch's non-test files that name the channel model (PR 216).
+
+    A line vLLM's base already holds appears in a release patch only as context, or not at all; then
+    ``context`` (a patch of the same vLLM branch whose context lines show it) is read for the facts the
+    release patch does not state, and each such fact names that patch (``context_of``): a citation, not a
+    reading of the release's own tree."""
+    facts: dict[str, Any] = {"patch_sha256": hashlib.sha256(patch.read_bytes()).hexdigest(), "lines": {}}
+    for current, n, text in _patch_lines(patch, ("+", " ")):
         for key, needle in VLLM_NEEDLES.items():
-            if key not in facts["lines"] and re.search(needle, line):
-                facts["lines"][key] = {"path": current, "patch_line": n, "text": line[1:].strip()}
+            if key not in facts["lines"] and re.search(needle, " " + text):
+                facts["lines"][key] = {"path": current, "patch_line": n, "text": text}
+    if context is not None:
+        facts["context_patch"] = context.name
+        facts["context_patch_sha256"] = hashlib.sha256(context.read_bytes()).hexdigest()
+        for current, n, text in _patch_lines(context, (" ",)):
+            for key, needle in VLLM_NEEDLES.items():
+                if key not in facts["lines"] and re.search(needle, " " + text):
+                    facts["lines"][key] = {
+                        "path": current,
+                        "patch_line": n,
+                        "text": text,
+                        "context_of": context.name,
+                    }
     m = facts["lines"].get("max_concurrent_channels")
     facts["max_concurrent_channels"] = (
         int(re.search(VLLM_NEEDLES["max_concurrent_channels"], m["text"]).group(1)) if m else 1
     )
-    facts["semantic_channels"] = "target_production_id" in facts["lines"]
+    # PR 216 named every channel at once: a named eager channel is its code (r12-r16 name none); the ii
+    # base shows only its eager names (in another patch's context), the per-pass names never
+    facts["semantic_channels"] = bool({"target_production_id", "eager_allreduce_id"} & set(facts["lines"]))
+    hunks = {}
+    for n, line in enumerate(patch.read_text(errors="replace").splitlines(), 1):
+        if line.startswith("@@") and "distinct_target_and_draft_channels" in line:
+            hunks["profile_channel_rollback_test"] = {"patch_line": n, "text": line.split("@@")[-1].strip()}
+            break
+    if hunks:
+        facts["hunk_context"] = hunks
     return facts
 
 
@@ -614,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stack", required=True)
     ap.add_argument("--tree", required=True, type=Path, help="the library tree or unzipped wheel")
     ap.add_argument("--vllm-patch", type=Path, help="the release's vLLM integration.patch")
+    ap.add_argument(
+        "--vllm-context-patch",
+        type=Path,
+        help="a patch of the same vLLM branch whose context lines show what the release's base holds",
+    )
     ap.add_argument("--wheel", type=Path, help="the wheel --tree was unzipped from (its sha256 is recorded)")
     ap.add_argument("--sections", choices=("all", "env"), default="all")
     ap.add_argument("--out", type=Path, help="write here (default: stdout)")
@@ -627,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         **doc,
     }
     if args.vllm_patch is not None:
-        doc["vllm"] = vllm_facts(args.vllm_patch)
+        doc["vllm"] = vllm_facts(args.vllm_patch, args.vllm_context_patch)
     try:
         import torch
 

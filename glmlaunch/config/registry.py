@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from glmlaunch.config.releases import B12X_STACKS, RELEASE_RANGES, SPARKINFER_STACKS, STACKS, releases_text
+from glmlaunch.config.releases import B12X_STACKS, RELEASE_BANDS, SPARKINFER_STACKS, STACKS, releases_text
 from glmlaunch.config.units import GIB, KIB, MIB
 
 if TYPE_CHECKING:
@@ -37,8 +37,9 @@ SPARKINFER: frozenset[Stack] = SPARKINFER_STACKS
 R28: frozenset[Stack] = frozenset({"sparkinfer-r28"})
 #: B12X, from r29: B12X_* names only
 B12X: frozenset[Stack] = B12X_STACKS
-#: r32+: the one-shot topology transports (pcie_oneshot.py:117-132 at cd3ce190)
-B12X_R32: frozenset[Stack] = frozenset({"b12x-r32"})
+#: r32+: the one-shot topology transports (pcie_oneshot.py:117-132 at cd3ce190; the same code in the
+#: Infernal Invocation tree 75787c7a)
+B12X_R32: frozenset[Stack] = frozenset({"b12x-r32", "b12x-ii"})
 #: the r28 launchers also export two B12X_* names (the supertile and the DMA wire), as B12X does
 R28_B12X: frozenset[Stack] = R28 | B12X
 #: name prefixes of the kernel libraries' own variables
@@ -559,6 +560,12 @@ MANAGED: tuple[EnvSpec, ...] = (
         lambda c: _opt_int(c.comm.nccl.buffsize),
         ("comm.nccl.buffsize",),
     ),
+    EnvSpec(
+        "NCCL_CUMEM_ENABLE",
+        "NCCL's cuMem allocator on/off (the Infernal Invocation image sets 0: legacy cudaMalloc buffers)",
+        lambda c: _opt_flag(c.comm.nccl.cumem_enable),
+        ("comm.nccl.cumem_enable",),
+    ),
     EnvSpec("NCCL_PROTO", "NCCL protocols", lambda c: c.comm.nccl.proto, ("comm.nccl.proto",)),
     EnvSpec("NCCL_P2P_LEVEL", "NCCL P2P level", lambda c: c.comm.nccl.p2p_level, ("comm.nccl.p2p_level",)),
     EnvSpec(
@@ -793,8 +800,9 @@ def library_spelling(name: str, stack: str) -> str | None:
 
 
 def stack_label(stack: str) -> str:
-    """``b12x-r29 (releases r29-r31)``; the lab row says it is no release."""
-    return f"{stack} ({'releases ' if stack in RELEASE_RANGES else ''}{releases_text(stack)})"
+    """``b12x-r29 (releases r29-r31)``, ``b12x-ii (releases ii-r16-r18)``; the lab row says it is no
+    release."""
+    return f"{stack} ({'releases ' if stack in RELEASE_BANDS else ''}{releases_text(stack)})"
 
 
 def managed_env(config: DeploymentConfig) -> dict[str, str]:

@@ -30,7 +30,7 @@ from glmlaunch.config.registry import (
     library_spelling,
     stack_label,
 )
-from glmlaunch.config.releases import SPARKINFER_STACKS, release_number, stack_of_release
+from glmlaunch.config.releases import SPARKINFER_STACKS, parse_release, stack_is_read, stack_of_release
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import KIB, format_size
 from glmlaunch.config.worldsizes import DCP_A2A_WORLD_SIZES, ONESHOT_WORLD_SIZES
@@ -373,6 +373,44 @@ def _prefill_capacity(c: DeploymentConfig) -> Iterator[Finding]:
         )
 
 
+#: the EXL3 prefill route block vLLM cannot launch for three-tier experts on SM120 (below)
+EXL3_BLOCK_M_SMEM_LIMITED = "64"
+EXL3_THREE_TIER_BITS = (3, 4, 5)
+
+
+@rule(
+    "exl3-prefill-block-m-three-tier",
+    "error",
+    "VLLM_EXL3_PREFILL_BLOCK_M=64 cannot launch for three-tier K3/K4/K5 experts on SM120",
+    "blackwell-llm-docker patches/releases/infernal-invocation-r18/vllm/integration.patch@3dd078a "
+    "L6512-6520 (vllm/model_executor/layers/quantization/exl3.py, _is_glm52_block32_tier_signature): "
+    "'Three-tier K3/K4/K5 uses a wider cooperative kernel. The block-64 geometry needs 109,568 B of shared "
+    "memory and cannot launch on SM120; block-32 is the qualified native geometry for every projection "
+    "split' (the same in gilded-gnosis-v20-r34 L10205-10213). Left unset, vLLM picks block 32 for GLM-5.2; "
+    "an explicit value is honoured as given (L8505-8518, explicit_override), so 64 reaches the kernel",
+)
+def _prefill_block_m(c: DeploymentConfig) -> Iterator[Finding]:
+    value = c.env.get("VLLM_EXL3_PREFILL_BLOCK_M")
+    tiers = c.expert_bits_effective
+    sm12 = c.hardware.compute_capability.split(".")[0] == "12"
+    arch = c.hardware.compute_capability.replace(".", "")
+    if (
+        c.is_exl3
+        and value is not None
+        and value.strip() == EXL3_BLOCK_M_SMEM_LIMITED
+        and tiers == EXL3_THREE_TIER_BITS
+        and sm12
+    ):
+        yield Finding(
+            "env.VLLM_EXL3_PREFILL_BLOCK_M",
+            f"the routed experts of {c.model.path} are three-tier K3/K4/K5: block 64 needs 109,568 B of "
+            f"shared memory per block and cannot launch on SM{arch}",
+            value,
+            hint="remove it (vLLM then picks block 32 for GLM-5.2), or set it to 32",
+            inputs=("model.path", "model.expert_bits", "hardware.compute_capability"),
+        )
+
+
 # --- memory and the KV pool ---------------------------------------------------------------------------
 
 
@@ -661,15 +699,15 @@ def _env_generation(c: DeploymentConfig) -> Iterator[Finding]:
     "warning",
     "the library generation (stack) and the release it runs must agree",
     "the release integration locks of local-inference-lab/blackwell-llm-docker@3dd078a: SparkInfer de04125 "
-    "through r16, SparkInfer 272a84bd+PR106+PR117 from r17 to r28, B12X from r29",
+    "through r16, SparkInfer 272a84bd+PR106+PR117 from r17 to r28, B12X from r29; Infernal Invocation "
+    "r16-r18 B12X master c25cdba2+PR145/221/223/227-230",
 )
 def _stack_release(c: DeploymentConfig) -> Iterator[Finding]:
     release = c.release_effective
     expected = stack_of_release(release)
     if expected is None or c.stack == expected or c.stack == "b12x-1.5":
         return
-    n = release_number(release)
-    if n is not None and n > 34:
+    if not stack_is_read(release):
         return  # no tree read for it yet: stack_of_release's guess is not evidence
     yield Finding(
         "stack",
@@ -682,19 +720,40 @@ def _stack_release(c: DeploymentConfig) -> Iterator[Finding]:
 
 
 @rule(
+    "release-image-line",
+    "note",
+    "a vNN release names the older image line, not a release of the Gilded Gnosis or Infernal Invocation "
+    "lines: no library generation is inferred from it",
+    "blackwell-llm-docker's v-numbered images (v18-v31) predate the gilded-gnosis v20 releases",
+)
+def _image_line(c: DeploymentConfig) -> Iterator[Finding]:
+    rel = parse_release(c.release)
+    if rel is None or rel.line != "v":
+        return
+    yield Finding(
+        "release",
+        f"{rel.label} is an image of {rel.line_name}: it picks the weights and overheads documented for it, "
+        "and no library generation (set `stack` yourself)",
+        c.release,
+        inputs=("release",),
+    )
+
+
+@rule(
     "oneshot-topology-generation",
     "note",
-    "the one-shot topology transports exist from B12X r32 (b12x-r32)",
+    "the one-shot topology transports exist from B12X r32 (b12x-r32, and b12x-ii, which has r32's pool code)",
 )
 def _topology(c: DeploymentConfig) -> Iterator[Finding]:
-    if c.stack == "b12x-r32":
+    if c.stack in ("b12x-r32", "b12x-ii"):
         return
     for key in ("oneshot_tp2_remote_push", "oneshot_tp4_remote_push", "oneshot_tp8_owner_reduce"):
         value = getattr(c.comm, key)
         if value is not None:
             yield Finding(
                 f"comm.{key}",
-                f"ignored: {stack_label(c.stack)} has no such transport (B12X r32-r34 reads it); nothing is "
+                f"ignored: {stack_label(c.stack)} has no such transport (B12X r32-r34 and ii-r16-r18 read "
+                "it); nothing is "
                 "exported for it",
                 value,
                 inputs=("stack",),

@@ -27,8 +27,17 @@ from pydantic import (
 )
 
 from glmlaunch import no_plugin_scan
+from glmlaunch.config.checkpoints import known_tiers
 from glmlaunch.config.limits import MAX_CAPTURE_SIZE, MAX_TOKENS
-from glmlaunch.config.releases import STACK_ALIASES, STACKS, StackName, canonical_stack, release_of
+from glmlaunch.config.releases import (
+    RELEASE_PATTERN,
+    STACK_ALIASES,
+    STACKS,
+    StackName,
+    canonical_release,
+    canonical_stack,
+    release_of,
+)
 from glmlaunch.config.units import GIB, KIB, MIB, parse_size
 
 # The models below are built as the module runs: the scan stays off until the end of the module.
@@ -56,6 +65,16 @@ def _scale_alias(value: object) -> object:
 
 #: Online quantization of the checkpoint's BF16 linears at load: EXL3 Trellis K6 (``exl3-b6``) or MXFP8.
 OnlineQuant = Literal["none", "exl3-b6", "mxfp8"]
+#: Other spellings of an online quantization, each the same request: the launchers from Infernal
+#: Invocation r16 take ``trellis-mcg-b6`` for exl3-b6 (the same JSON and variables: blackwell-llm-docker
+#: launchers/serve-glm52-v16.sh@d568788 L189-207, ``trellis-mcg-b6|exl3-b6)``).
+ONLINE_QUANT_ALIASES: dict[str, OnlineQuant] = {"trellis-mcg-b6": "exl3-b6"}
+
+
+def _online_quant_alias(value: object) -> object:
+    if isinstance(value, str):
+        return ONLINE_QUANT_ALIASES.get(value.strip().lower(), value)
+    return value
 #: How the MTP drafter samples accepted tokens (vLLM's ``rejection_sample_method``).
 RejectionSampleMethod = Literal["standard", "block"]
 #: Where the MTP draft comes from: the checkpoint's own MTP layer with no ``model`` key (``native``), or
@@ -245,11 +264,23 @@ class ModelSection(_Section):
             "otherwise)"
         ),
     )
-    online_quant: OnlineQuant = Field(
+    online_quant: Annotated[
+        OnlineQuant,
+        BeforeValidator(_online_quant_alias),
+        _accepts({"enum": [*get_args(OnlineQuant), *ONLINE_QUANT_ALIASES]}),
+    ] = Field(
         "none",
         description=(
             "quantize the checkpoint's BF16 linears while loading: exl3-b6 (EXL3 Trellis K6, about 4.6 GiB "
-            "less per rank on GLM-5.2) or mxfp8; adds --quantization-config and the online-quant variables"
+            "less per rank on GLM-5.2; trellis-mcg-b6 is the same, as the Infernal Invocation launchers "
+            "spell it) or mxfp8; adds --quantization-config and the online-quant variables"
+        ),
+    )
+    expert_bits: list[Annotated[int, Field(ge=1, le=8)]] | None = Field(
+        None,
+        description=(
+            "the EXL3 bit tiers the routed experts are stored in, e.g. [3, 4, 5] for the R7 mixed-K3/K4/K5 "
+            "checkpoint; null: known checkpoints by name (glmlaunch/config/checkpoints.py), else unknown"
         ),
     )
     clamp_rope_tables: bool = Field(
@@ -466,6 +497,13 @@ class NcclSection(_Section):
     ib_disable: bool = Field(True, description="NCCL_IB_DISABLE: no InfiniBand on a PCIe box")
     socket_ifname: str | None = Field(
         "lo", description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (the bootstrap interface)"
+    )
+    cumem_enable: bool | None = Field(
+        None,
+        description=(
+            "NCCL_CUMEM_ENABLE: NCCL's cuMem allocator (the Infernal Invocation image sets 0, the legacy "
+            "cudaMalloc buffers; no Gilded Gnosis image sets it); null leaves the image's choice"
+        ),
     )
     buffsize: ByteSize | None = Field(
         None,
@@ -881,9 +919,9 @@ class DeploymentConfig(_Section):
         "sparkinfer-r14",
         description=(
             "kernel-library generation: sparkinfer-r14 (releases r12-r16), sparkinfer-r28 (r17-r28), "
-            "b12x-r29 (r29-r31), b12x-r32 (r32-r34), b12x-1.5 (PyPI 1.5.x, no release); decides the "
-            "environment names and the ledger's constants. sparkinfer-r12 and b12x are the earlier names "
-            "of sparkinfer-r14 and b12x-1.5"
+            "b12x-r29 (r29-r31), b12x-r32 (r32-r34), b12x-ii (Infernal Invocation ii-r16-r18), b12x-1.5 "
+            "(PyPI 1.5.x, no release); decides the environment names and the ledger's constants. "
+            "sparkinfer-r12 and b12x are the earlier names of sparkinfer-r14 and b12x-1.5"
         ),
     )
     runner: Runner = Field("v2", description="vLLM model runner: v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)")
@@ -892,14 +930,18 @@ class DeploymentConfig(_Section):
         LmcacheSection(), description="the LMCache connector and tiers (with lmcache: true)"
     )
     exl3_trellis_max_m: int | None = Field(None, ge=1, description="VLLM_EXL3_TRELLIS_MAX_M decode window")
-    release: str | None = Field(
+    release: Annotated[
+        str | None,
+        _accepts({"anyOf": [{"type": "string", "pattern": RELEASE_PATTERN}, {"type": "null"}]}),
+    ] = Field(
         None,
-        pattern=r"^[rv][0-9]+$",
+        pattern=r"^(?:ii-)?r[0-9]+$|^v[0-9]+$",
         description=(
-            "the gilded-gnosis v20 release this deployment runs (r14, r28, …; v31 for the older v31 image "
-            "line): picks the weights measured on that release, its documented overheads, and tells "
-            "calibration records of that release from others; null = the release named at the end of "
-            "vllm_version, else unknown"
+            "the release this deployment runs, as line and number: r28 or gg-r28 (Gilded Gnosis, the "
+            "gilded-gnosis v20 line; a bare rNN is Gilded Gnosis), ii-r18 (Infernal Invocation); v31 for "
+            "the older v31 image line. Picks the weights measured on that release, its documented "
+            "overheads, and tells calibration records of that release from others; null = the release "
+            "vllm_version names, else unknown"
         ),
     )
     vllm_version: str | None = Field(
@@ -937,6 +979,12 @@ class DeploymentConfig(_Section):
     def _stack_alias(cls, value: object) -> object:
         return canonical_stack(value) if isinstance(value, str) else value
 
+    @field_validator("release", mode="before")
+    @classmethod
+    def _release_spelling(cls, value: object) -> object:
+        # gg-r28 is r28 and II-R18 is ii-r18: one spelling per release, so records of one compare equal
+        return canonical_release(value) if isinstance(value, str) else value
+
     @field_validator("env", mode="before")
     @classmethod
     def _stringify_env(cls, value: object) -> object:
@@ -954,8 +1002,17 @@ class DeploymentConfig(_Section):
 
     @property
     def release_effective(self) -> str | None:
-        """``release``, else the one a gilded-gnosis vLLM build names at its end (``….20260730.r14``)."""
+        """``release``, else the one the vLLM build names (``….20260730.r14`` -> r14,
+        ``…infernal.invocation.cu133.r18.…`` -> ii-r18)."""
         return self.release or release_of(self.vllm_version)
+
+    @property
+    def expert_bits_effective(self) -> tuple[int, ...] | None:
+        """The routed experts' EXL3 bit tiers: ``model.expert_bits``, else the known checkpoint's."""
+        if self.model.expert_bits is not None:
+            return tuple(sorted(set(self.model.expert_bits)))
+        known = known_tiers(self.model.path)
+        return known.bits if known is not None else None
 
     @property
     def mtp(self) -> int:

@@ -16,6 +16,7 @@ ONESHOT_WORLD_SIZES: dict[StackName, tuple[int, ...]] = {
     "sparkinfer-r28": (2, 4, 6, 8, 10),
     "b12x-r29": (2, 4, 6, 8, 10),
     "b12x-r32": (2, 4, 6, 8, 10),
+    "b12x-ii": (2, 4, 6, 8, 10),
     "b12x-1.5": (2, 4, 6, 8, 10),
 }
 #: pcie_dcp_a2a.py SUPPORTED_WORLD_SIZES
@@ -24,5 +25,6 @@ DCP_A2A_WORLD_SIZES: dict[StackName, tuple[int, ...]] = {
     "sparkinfer-r28": (2, 4, 8),
     "b12x-r29": (2, 4, 8, 16),
     "b12x-r32": (2, 4, 8, 16),
+    "b12x-ii": (2, 4, 8, 16),
     "b12x-1.5": (2, 4, 8, 9, 10, 12, 16),
 }

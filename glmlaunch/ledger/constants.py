@@ -15,6 +15,8 @@ The pools' world sizes are the one table validation also reads (:mod:`glmlaunch.
   DCP signals are sized for 16 ranks.
 * ``b12x-r32``: B12X 7cecbb2c + PR 125/133/144 (tree cd3ce190, r32-r34; PyPI b12x 1.2.4): the one-shot eager
   slot is sharded per source rank by default at TP8 and on opt-in at TP2/TP4.
+* ``b12x-ii``: B12X master c25cdba2 + PR 145/221/223/227-230 (tree 75787c7a, Infernal Invocation
+  ii-r16-r18): r32's pool code; the vLLM base of the line names its channels as r17+ does.
 * ``b12x-1.5``: PyPI b12x 1.5.x, which no release runs (the package the test extra installs; its own
   cross-check is ``tests/ledger/test_ledger_b12x.py``). When ``--library b12x`` imports it,
   :mod:`glmlaunch.ledger.b12x_bridge` replaces this row with the installed library's own values.
@@ -265,6 +267,37 @@ B12X_R32 = replace(
     dcp_a2a_world_sizes=DCP_A2A_WORLD_SIZES["b12x-r32"],
 )
 
+#: Infernal Invocation r16-r18: B12X master c25cdba2 + the r18 integration (tree 75787c7a, pyproject 1.2.3).
+#: Its pool, DMA, DCP top-k/A2A, indexer and fold code computes what r32's does (the recorded layouts are
+#: identical); it reads five names more and two fewer (glmlaunch/config/library_env.json). The channel
+#: model is in the ii vLLM base (dev/infernal-invocation), not in the r18 delta: named channels and two
+#: concurrent, as the context lines of the same branch's kimi-k3-qsrt-ii-r3 patch show
+#: (tests/fixtures/generations/b12x-ii.json, ``vllm``).
+B12X_II = replace(
+    B12X_R32,
+    stack="b12x-ii",
+    version="75787c7a7431b3bea414d2ebf5f2b8671b23eb33",
+    source="built-in table: B12X master tree 75787c7a (Infernal Invocation ii-r16-r18, pyproject 1.2.3)",
+    tree=TreeRef(
+        repo="local-inference-lab/b12x",
+        tree="75787c7a7431b3bea414d2ebf5f2b8671b23eb33",
+        base="c25cdba2c1df7a69b2d7771e4243e12a8fbf19d5",
+        pull_requests=(
+            "#145 7f88972df71d580951115220b75923078b769fe8",
+            "#221 413f96e889dad1ae0752fd1f4be9d37f56849600",
+            "#223 3df80ee36e2a060b602897b00af377687efd9118",
+            "#227 e38436d76a95c586c57e06646f8ea5b8c8ed11c7",
+            "#228 50046df84a15cc5f76b94260e897fd39072b2fdf",
+            "#229 2cdd9e265cd6c4dca43e7d42c5a8cb265c92adfb",
+            "#230 156920046e858f413db0c51e53cd25b9020d5f40",
+        ),
+        patch=f"{_DOCKER}@{_DOCKER_COMMIT}:patches/releases/infernal-invocation-r18/b12x/integration.patch",
+        patch_sha256="079a94dd2ed43ce004a2fa581283fcd45ddce4b0b216ac34c6c896ecdd6fcc7a",
+    ),
+    releases="ii-r16-r18",
+    dcp_a2a_signal_origin="_SIGNAL_BYTES at 75787c7a (pcie_dcp_a2a.py:47)",
+)
+
 B12X_15 = replace(
     B12X_R29,
     stack="b12x-1.5",
@@ -285,7 +318,7 @@ B12X_15 = replace(
 SEED_DCP_A2A_SIGNAL_BYTES = 1024
 
 TABLE: dict[str, StackConstants] = {
-    k.stack: k for k in (SPARKINFER_R14, SPARKINFER_R28, B12X_R29, B12X_R32, B12X_15)
+    k.stack: k for k in (SPARKINFER_R14, SPARKINFER_R28, B12X_R29, B12X_R32, B12X_II, B12X_15)
 }
 
 

@@ -81,7 +81,7 @@ def test_topology_settings_exist_from_r32() -> None:
         "gate", ["stack=b12x-r29", "release=r29", "comm.oneshot_tp8_owner_reduce=false"], environ={}
     )
     assert [n.key for n in r.notes] == ["comm.oneshot_tp8_owner_reduce"]
-    assert "B12X r32-r34 reads it" in r.notes[0].message
+    assert "B12X r32-r34 and ii-r16-r18 read it" in r.notes[0].message
 
 
 def test_every_shipped_profile_names_the_generation_of_its_release() -> None:

@@ -28,14 +28,14 @@ from typing import Any
 import pytest
 
 from glmlaunch.config.registry import library_reads
-from glmlaunch.config.releases import RELEASE_RANGES, STACKS, stack_of_release
+from glmlaunch.config.releases import RELEASE_BANDS, STACKS, stack_of_release
 from glmlaunch.ledger import dcp_a2a, dma, fold, indexer, oneshot, topk_exchange
 from glmlaunch.ledger.constants import TABLE, StackConstants, for_stack
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "generations"
 RECORDER = REPO / "scripts" / "record_generation.py"
-RELEASE_STACKS = tuple(RELEASE_RANGES)
+RELEASE_STACKS = tuple(RELEASE_BANDS)
 
 
 @cache
@@ -67,9 +67,9 @@ def test_row_cites_the_tree_it_was_recorded_from(stack: str) -> None:
     assert doc["tree"]["git_tree"] == k.tree.tree
     assert doc["package"] == k.library
     assert k.env_prefix == doc["package"].upper() + "_"
-    first, last = RELEASE_RANGES[stack]  # type: ignore[index]
-    assert k.releases == f"r{first}-r{last}"
-    assert {stack_of_release(f"r{n}") for n in range(first, last + 1)} == {stack}
+    band = RELEASE_BANDS[stack]  # type: ignore[index]
+    assert k.releases == band.text()
+    assert {stack_of_release(label) for label in band.labels()} == {stack}
     if k.tree.patch is not None:
         assert k.tree.patch_sha256 and len(k.tree.patch_sha256) == 64
 
@@ -114,6 +114,15 @@ def test_vllm_channel_model_equals_the_release_patch(stack: str) -> None:
     k, v = for_stack(stack), recorded(stack)["vllm"]
     assert k.semantic_channels == v["semantic_channels"]
     assert k.max_concurrent_channels == v["max_concurrent_channels"]
+    cited = {key for key, line in v["lines"].items() if "context_of" in line}
+    if cited:
+        # the release's base holds the channel code and its own patch does not show it: the facts are
+        # cited from the context of another patch of the same vLLM branch (named, with its sha256), and
+        # the release patch's own context names the base's per-pass rollback test
+        assert cited == set(v["lines"]) == {"eager_allreduce_id", "eager_dcp_id", "max_concurrent_channels"}
+        assert v["context_patch"] and len(v["context_patch_sha256"]) == 64
+        assert "profile_channel_rollback_test" in v["hunk_context"]
+        return
     if k.semantic_channels:
         # the named passes the ledger's channel plan and the preflight enter
         assert {
@@ -256,14 +265,14 @@ def test_registry_knows_what_each_generation_reads(stack: str) -> None:
         assert not [n for n in reads if n.startswith("SPARKINFER_")]
     # the r32 topology transports are read from r32 on only
     topo = {"B12X_PCIE_TP2_REMOTE_PUSH", "B12X_PCIE_TP4_REMOTE_PUSH", "B12X_PCIE_TP8_OWNER_REDUCE"}
-    if stack in ("b12x-r32", "b12x-1.5"):
+    if stack in ("b12x-r32", "b12x-ii", "b12x-1.5"):
         assert topo <= set(reads)
     else:
         assert not topo & set(reads)
 
 
 def test_the_generations_differ_where_the_trees_do() -> None:
-    r14, r28, r29, r32 = (for_stack(s) for s in RELEASE_STACKS)
+    r14, r28, r29, r32, ii = (for_stack(s) for s in RELEASE_STACKS)
     assert (r14.oneshot_signal_bytes, r28.oneshot_signal_bytes, r29.oneshot_signal_bytes) == (
         150_528,
         150_656,
@@ -289,6 +298,27 @@ def test_the_generations_differ_where_the_trees_do() -> None:
     }
     a, b = recorded("b12x-r29")["layouts"], recorded("b12x-r32")["layouts"]
     assert [n for n in a if a[n] != b[n]] == ["oneshot"]
+    # Infernal Invocation's B12X master computes every constant and layout r32 does
+    assert recorded("b12x-ii")["layouts"] == b
+    assert recorded("b12x-ii")["constants"] == recorded("b12x-r32")["constants"]
+    assert {f for f in ii.__dataclass_fields__ if getattr(ii, f) != getattr(r32, f)} == {
+        "stack",
+        "version",
+        "source",
+        "tree",
+        "releases",
+        "dcp_a2a_signal_origin",
+    }
+    # what B12X master reads and no longer reads against r32 (glmlaunch/config/library_env.json)
+    mine, theirs = set(recorded("b12x-ii")["env_reads"]), set(recorded("b12x-r32")["env_reads"])
+    assert mine - theirs == {
+        "B12X_DISABLE_STANDALONE_K6",
+        "B12X_PCIE_ALLREDUCE_ALGORITHM",
+        "B12X_PCIE_ISLAND_RS_NANOSLEEP_CYCLES",
+        "B12X_PCIE_ISLAND_RS_THREADS",
+        "B12X_PCIE_VOCAB_ARGMAX_NANOSLEEP_CYCLES",
+    }
+    assert theirs - mine == {"B12X_JIT_VERBOSE", "B12X_TRELLIS_BUILD_DIR"}
 
 
 # --- the fixtures are what the trees say ---------------------------------------------------------------
@@ -300,6 +330,9 @@ def _record(stack: str, tree: Path, patch: Path | None) -> dict[str, Any]:
     cmd = [sys.executable, str(RECORDER), "--stack", stack, "--tree", str(tree)]
     if patch is not None:
         cmd += ["--vllm-patch", str(patch)]
+        context = patch.with_name(f"{stack}.vllm-context.patch")
+        if context.exists():
+            cmd += ["--vllm-context-patch", str(context)]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
