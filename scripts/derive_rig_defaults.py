@@ -91,6 +91,47 @@ def release_offsets(model: Any, documented_root: Any) -> list[dict[str, Any]]:
     return out
 
 
+def checkpoint_offsets(model: Any, documented_root: Any) -> list[dict[str, Any]]:
+    """What the README's documented boots of one checkpoint imply beyond ``model`` (its release offsets
+    included), per checkpoint, release, DCP and MTP on/off: the mean of seen - predicted P + N + G_e
+    over the group's boots, each boot's residual after it kept. The terms the ledger derives for the
+    checkpoint (its arenas, pools and plans) are in the prediction; the offset is only what they miss."""
+    from documented_boots import observed_overhead, readme_boots, sized_pool
+
+    from glmlaunch.calibrate.apply import model_calibration
+    from glmlaunch.config.checkpoints import checkpoint_name
+    from glmlaunch.ledger import kv_cache
+    from glmlaunch.plan.plan import make_plan
+
+    groups: dict[tuple[str, str, int, bool], list[tuple[str, int]]] = {}
+    for boot in readme_boots(documented_root):
+        if not sized_pool(boot) or boot.release is None:
+            continue
+        cfg = boot.config
+        budget = make_plan(cfg, inputs=model_calibration(cfg, model)).budget
+        w = boot.w if boot.w is not None else budget.w
+        seen = observed_overhead(boot, w, kv_cache.geometry(cfg).bytes_per_token)
+        if seen is None:
+            continue
+        key = (checkpoint_name(cfg.model.path), boot.release, cfg.parallel.dcp, cfg.mtp > 0)
+        groups.setdefault(key, []).append((boot.id, seen - (budget.p + budget.n + budget.g_e)))
+    out = []
+    for (checkpoint, release, dcp, mtp), rows in sorted(groups.items()):
+        offset = round(sum(d for _, d in rows) / len(rows))
+        out.append(
+            {
+                "checkpoint": checkpoint,
+                "release": release,
+                "dcp": dcp,
+                "mtp": mtp,
+                "bytes": offset,
+                "boots": [i for i, _ in rows],
+                "residuals": [[i, d - offset] for i, d in rows],
+            }
+        )
+    return out
+
+
 def derive_document(log_paths: list[str], documented_root: Any = None) -> dict[str, Any]:
     """Fit the term model from zero on real boot logs (and the release overheads on the appliance's
     documented boots under ``documented_root``); the JSON the rig defaults ship as."""
@@ -137,7 +178,23 @@ def derive_document(log_paths: list[str], documented_root: Any = None) -> dict[s
                 )
                 offsets.append({"release": rel, "dcp": dcp, "bytes": 0, "boots": boots, "residuals": []})
         offsets.sort(key=lambda o: (o["release"], o["dcp"]))
+    with_offsets = model
+    if offsets:
+        from dataclasses import replace
+
+        from glmlaunch.calibrate.model import ReleaseOffset
+
+        with_offsets = replace(
+            model,
+            release_offsets=tuple(
+                ReleaseOffset(o["release"], o["dcp"], o["bytes"], tuple(o["boots"])) for o in offsets
+            ),
+        )
+    per_checkpoint = checkpoint_offsets(with_offsets, documented_root) if documented_root is not None else []
     return {
+        # the README's checkpoint offsets (blackwell-llm-docker; data/upstream/readme_capacities.json): each
+        # applies to its own checkpoint only, so the description of the rig defaults stays the appliance's
+        "checkpoint_offsets": per_checkpoint,
         "description": (
             "rig defaults: 4x RTX PRO 6000 Blackwell, PCIe, TP4/DCP4, "
             f"fitted on {len(points)} real boot logs "

@@ -33,6 +33,10 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "glmlaunch" / "ledger" / "demand" / "facts.json"
 OUTCOMES = REPO / "data" / "upstream" / "outcomes.json"
 CASES = REPO / "data" / "upstream" / "runtime_cases.json"
+README = REPO / "data" / "upstream" / "readme_capacities.json"
+#: the case group of mixed-tier EXL3 on the r34 / ii stacks, fitted apart (its own term)
+R7_GROUP = "r7"
+R7_TERM = "r7_prefill_growth_bytes_per_token"
 MIB = 1024 * 1024
 NATIVE, LMCACHE = (
     "r11-3.25-offload-isolation-native-served",
@@ -51,7 +55,10 @@ BOX = {
 
 
 def _rows_by_id() -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in json.loads(OUTCOMES.read_text())["rows"]}
+    rows = {r["id"]: r for r in json.loads(OUTCOMES.read_text())["rows"]}
+    # the release repository's README outcomes (the R7 checkpoint on r34), in the same row format
+    rows.update({r["id"]: r for r in json.loads(README.read_text())["rows"] if "outcome" in r})
+    return rows
 
 
 def lmcache_term(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -77,7 +84,7 @@ def _features(config: Any) -> tuple[float, float, float]:
 
 
 def plan_cases(
-    doc: dict[str, Any], rows: dict[str, dict[str, Any]], *, only_fit: bool
+    doc: dict[str, Any], rows: dict[str, dict[str, Any]], *, only_fit: bool, group: str | None = None
 ) -> list[dict[str, Any]]:
     """Each case planned: its margin (bytes), its demand features and the record's facts."""
     os.environ["GLMLAUNCH_QUIET"] = "1"
@@ -91,6 +98,8 @@ def plan_cases(
     out = []
     for case in doc["cases"]:
         if only_fit and not case["fit"]:
+            continue
+        if case.get("group") != group:
             continue
         row = rows[case["id"]]
         resolved = resolve_config(case["profile"], tuple(case["set"]), environ={})
@@ -163,6 +172,32 @@ def fit(bounds: list[tuple[tuple[float, ...], float, int]]) -> tuple[tuple[float
     return best[1], best[0]
 
 
+def r7_term(doc: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The prefill growth of mixed-tier EXL3 on the r34 / ii stacks, from its own group of cases.
+
+    Its demand there is the growth alone: the K6 temporary is profiled and no fragmentation is charged with
+    expandable segments on. A served case bounds the growth per batched token from above (margin / tokens),
+    an OOM after boot from below; with no OOM documented the lower bound is 0. The term is the analytic
+    centre of that interval, its midpoint (the log barrier of both ends)."""
+    cases = plan_cases(doc, rows, only_fit=True, group=R7_GROUP)
+    highs = [c["margin"] / c["features"][0] for c in cases if c["served"]]
+    lows = [c["margin"] / c["features"][0] for c in cases if not c["served"]]
+    hi = min(highs) if highs else BOX["prefill_growth_bytes_per_token"][1]
+    lo = max(lows, default=0.0)
+    if lo >= hi:
+        raise SystemExit("derive_runtime_facts: the r7 group's cases contradict")
+    return {
+        "value": round((lo + hi) / 2, 1),
+        "unit": "bytes per batched token",
+        "how": (
+            f"analytic centre of the r7 group's bounds [{lo:,.0f}, {hi:,.0f}] B per batched token: "
+            f"{len(highs)} served case(s) bound it from above"
+            + (f", {len(lows)} OOM(s) from below" if lows else ", no OOM documented (the lower bound is 0)")
+        ),
+        "evidence": [c["id"] for c in cases],
+    }
+
+
 def build() -> dict[str, Any]:
     rows = _rows_by_id()
     doc = json.loads(CASES.read_text())
@@ -170,17 +205,19 @@ def build() -> dict[str, Any]:
     # the margins include LMCache's buffers: plan with this lmcache term in place
     current = json.loads(OUT.read_text()) if OUT.exists() else None
     staged = {"schema_version": 1, "terms": {**(current or {}).get("terms", {}), **terms}}
-    for name in UNKNOWNS:
+    for name in (*UNKNOWNS, R7_TERM):
         staged["terms"].setdefault(name, {"value": 0, "unit": "bytes", "how": "bootstrap", "evidence": []})
     OUT.write_text(json.dumps(staged, indent=1) + "\n")
     try:
         cases = plan_cases(doc, rows, only_fit=True)
         bounds = _bounds(cases, doc["snapshot_tolerance"])
         theta, score = fit(bounds)
+        r7 = r7_term(doc, rows)
     finally:
         if current is not None:
             OUT.write_text(json.dumps(current, indent=1) + "\n")
     ids = [c["id"] for c in cases]
+    terms[R7_TERM] = r7
     units = {"prefill_growth_bytes_per_token": "bytes per batched token"}
     hows = {
         "prefill_growth_bytes_per_token": "analytic centre of the fit cases' bounds: the long prefill's "

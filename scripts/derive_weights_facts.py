@@ -51,12 +51,33 @@ def release_label(key: str | None) -> str | None:
     return m.group(1) if m else key
 
 
+#: how a row's source repository is abbreviated (A: the appliance, B: the release repository)
+REPOS = {"malaiwah/glm52-exl3-vast": "A", "local-inference-lab/blackwell-llm-docker": "B"}
+
+
 def _source(row: dict[str, Any]) -> str:
     src = row["source"][0]
-    where = Path(src["file"]).name if src["file"].startswith("/") else f"A:{src['file']}"
+    repo = REPOS.get(src.get("repo", ""), "A")
+    at = f"@{src['commit'][:7]}" if repo != "A" and src.get("commit") else ""
+    where = Path(src["file"]).name if src["file"].startswith("/") else f"{repo}:{src['file']}{at}"
     lines = src["lines"]
     span = f"L{lines[0]}" if lines[0] == lines[1] else f"L{lines[0]}-{lines[1]}"
     return f"{where} {span} '{src['quote']}'"
+
+
+def _safetensors_twin(doc: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether a safetensors figure of the same checkpoint, release, MTP and quantization exists (the
+    InstantTensor one is then not the weights alone); a checkpoint only InstantTensor loaded keeps its own."""
+
+    def same(r: dict[str, Any]) -> bool:
+        return (
+            r["checkpoint"]["repo"] == row["checkpoint"]["repo"]
+            and r["release"].get("key") == row["release"].get("key")
+            and (r.get("mtp") or {}).get("k") == (row.get("mtp") or {}).get("k")
+            and r["online_quant"] == row["online_quant"]
+        )
+
+    return any(r is not row and r.get("load_format") != "instanttensor" and same(r) for r in doc["rows"])
 
 
 def derive(doc: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +91,7 @@ def derive(doc: dict[str, Any]) -> dict[str, Any]:
         quant = row["online_quant"]
         if quant not in ("none", "exl3-b6", "mxfp8"):
             continue
-        if row.get("load_format") == "instanttensor":
+        if row.get("load_format") == "instanttensor" and _safetensors_twin(doc, row):
             continue  # InstantTensor holds ~0.04 GiB/GPU more than safetensors (TEST_RESULTS.md L1320-1321)
         if row["id"] in NOT_WEIGHTS:
             continue

@@ -11,6 +11,8 @@ overlapping held-out material, vision grafts, other model families and shapes th
 Used by ``scripts/derive_rig_defaults.py`` (the release overheads of the rig defaults) and by
 ``bench/calibration_accuracy.py`` (predicted against logged capacities); never at plan time, so it is not
 part of the package: import it with scripts/ on the path.
+``readme_capacities.json`` holds the same kind of rows from local-inference-lab/blackwell-llm-docker's README
+(the R7 checkpoint's KV pools on Gilded Gnosis r34): the checkpoint offsets of the rig defaults.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ PROFILE_OF_BPW: dict[float, str] = {
     3.25: "exl3-tr3-3.25bpw",
     3.36: "exl3-tr3-3.36bpw",
     3.42: "exl3-tr3-3.42bpw",
+    # the R7 mixed-K3/K4/K5 checkpoint of blackwell-llm-docker's README (readme_capacities.json)
+    3.5: "r34-exl3-r7",
 }
+#: the release repository's README figures (blackwell-llm-docker@3dd078a), in the same row format
+README_CAPACITIES = "readme_capacities.json"
 _LMCACHE = {"lmcache": True, "native": False, "none": False}
 
 
@@ -179,6 +185,15 @@ def documented_boots(root: Path) -> list[DocumentedBoot]:
         if boot is not None:
             out.append(boot)
     return out
+
+
+def readme_boots(root: Path) -> list[DocumentedBoot]:
+    """The README's documented boots (``readme_capacities.json``): each names one checkpoint's shape."""
+    path = root / README_CAPACITIES
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    return [b for b in (boot_of(row) for row in rows) if b is not None]
 
 
 def sized_pool(boot: DocumentedBoot) -> bool:

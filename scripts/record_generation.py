@@ -18,6 +18,7 @@ struct in a ``.cu`` file: its size is what g++ says ``sizeof`` is (the ``meta_si
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -80,6 +81,15 @@ FUSED_GRID = list(
     )
 )
 FUSED_WIDTH = 8192 * 64
+#: the mixed-Trellis MoE arenas (B12X from the r34 tree on): size_m, route block, SMs, intermediate rows
+MIXED_GRID = list(
+    itertools.product(
+        (1, 8, 32, 256, 2048, 3072),  # size_m (decode windows, prefill capacities)
+        (8, 16, 32, 64),  # route block
+        (188, 132),  # SMs (RTX PRO 6000, H200)
+        (512, 1024),  # intermediate rows per rank (GLM-5.2 at TP4, TP2)
+    )
+)
 FOLD_GRID = list(
     itertools.product(
         (1, 48, 64, 511, 512, 3072),  # rows
@@ -533,8 +543,48 @@ def record(stack: str, root: Path, sections: str) -> dict[str, Any]:
                 int(f.candidate_nbytes),
             ]
         )
+    mixed = _mixed_trellis(pkg, torch)
+    if mixed is not None:
+        lay["mixed_trellis"] = mixed
     out["layouts"] = lay
     return out
+
+
+def _mixed_trellis(pkg: str, torch: Any) -> list[list[Any]] | None:
+    """The tree's own ``make_mixed_trellis3_buffers`` for the worst-case launch vLLM sizes one arena per
+    owner with (256 + 255 + 1 tier slots, 256 routed experts, top-8, hidden 6144), on the CPU: the unique
+    storage bytes of every buffer (FC2 reuses the rotation gate's). None for a tree without the kernels."""
+    try:
+        mt = importlib.import_module(f"{pkg}.moe._shared.kernels.w4a16.mixed_trellis")
+    except ImportError:
+        return None
+    make = getattr(mt, "make_mixed_trellis3_buffers", None)
+    if make is None:
+        return None
+    rows = []
+    for size_m, block, sms, inter in MIXED_GRID:
+        launch = types.SimpleNamespace(
+            size_m=size_m,
+            top_k=8,
+            moe_block_size=block,
+            max_m_blocks=1 << 30,
+            hidden_size=6144,
+            intermediate_size=inter,
+            blocks_per_sm=4,
+            topk_sum=types.SimpleNamespace(route_num_experts=256),
+            tier0_num_experts=256,
+            tier1_num_experts=255,
+            tier2_num_experts=1,
+        )
+        bufs = make(launch, device=torch.device("cpu"), sms=sms)
+        seen: dict[int, int] = {}
+        for f in dataclasses.fields(bufs):
+            value = getattr(bufs, f.name)
+            if isinstance(value, torch.Tensor):
+                seen[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+        rows.append([size_m, block, sms, inter, sum(seen.values())])
+        del bufs
+    return rows
 
 
 class _TorchShim(types.ModuleType):

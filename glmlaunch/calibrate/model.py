@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from glmlaunch.config.checkpoints import checkpoint_name
 from glmlaunch.config.releases import release_of
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB
@@ -299,15 +300,28 @@ def fit_weights(points: Iterable[Point]) -> WeightsModel:
 
 @dataclass(frozen=True)
 class ReleaseOffset:
-    """A release's P overhead beyond the fitted residual, from the appliance's documented boots."""
+    """A release's P overhead beyond the fitted residual, from documented boots.
+
+    The appliance's offsets hold for every checkpoint of their release and DCP; a checkpoint offset (its
+    ``checkpoint`` set, and ``mtp`` when the boots differ in MTP on/off) is what one checkpoint's documented
+    boots imply beyond everything derived for it, and applies to that checkpoint only."""
 
     release: str
     dcp: int
     bytes: int
     boots: tuple[str, ...]
+    checkpoint: str | None = None
+    mtp: bool | None = None
 
     def describe(self, own: bool) -> str:
         where = f"{self.release} at DCP{self.dcp}"
+        if self.mtp is not None:
+            where += f" with MTP {'on' if self.mtp else 'off'}"
+        if self.checkpoint is not None:
+            where += (
+                f" of {self.checkpoint} (a residual: what its documented KV pool implies beyond the terms "
+                "derived for it)"
+            )
         how = "" if own else " (another release's: an estimate)"
         return (
             f"release overhead {self.bytes / 2**20:+,.1f} MiB{how}, fitted on the documented boots of {where}"
@@ -316,21 +330,38 @@ class ReleaseOffset:
 
 
 def pick_offset(
-    offsets: Iterable[ReleaseOffset], release: str | None, dcp: int
+    offsets: Iterable[ReleaseOffset],
+    release: str | None,
+    dcp: int,
+    checkpoint: str | None = None,
+    mtp: bool | None = None,
 ) -> tuple[ReleaseOffset | None, bool]:
-    """The offset of ``release`` at ``dcp``; else the nearest numbered release's at that DCP (an estimate)."""
-    from glmlaunch.config.releases import release_number
+    """The offset of ``release`` at ``dcp``; else the nearest numbered release's at that DCP (an estimate):
+    the nearest of its own line, else of the other line through the release whose memory code it shares
+    (:func:`glmlaunch.config.releases.release_distance`)."""
+    from glmlaunch.config.releases import release_distance, release_line
 
-    same_dcp = sorted((o for o in offsets if o.dcp == dcp), key=lambda o: o.release)
+    usable = [
+        o
+        for o in offsets
+        if o.dcp == dcp
+        and (o.checkpoint is None or o.checkpoint == checkpoint)
+        and (o.mtp is None or o.mtp == mtp)
+    ]
+    # a checkpoint's own offsets stand for it alone: where it has any, the generic ones do not apply
+    own_checkpoint = [o for o in usable if o.checkpoint is not None]
+    same_dcp = sorted(own_checkpoint or usable, key=lambda o: o.release)
     exact = next((o for o in same_dcp if o.release == release), None)
     if exact is not None:
         return exact, True
-    numbered = [o for o in same_dcp if release_number(o.release) is not None]
-    target = release_number(release)
-    if not numbered or target is None:
-        # an unknown release: the fit alone (the release the rig's own boot logs ran)
+    if release_line(release) is None:
+        # an unknown release (or an image of the v line): the fit alone (the release the rig's own boot
+        # logs ran)
         return None, False
-    return min(numbered, key=lambda o: (abs((release_number(o.release) or 0) - target), o.release)), False
+    numbered = [(d, o) for o in same_dcp if (d := release_distance(o.release, release)) is not None]
+    if not numbered:
+        return None, False
+    return min(numbered, key=lambda t: (t[0], t[1].release))[1], False
 
 
 @dataclass(frozen=True)
@@ -356,7 +387,13 @@ class TermModel:
 
         Another release's (the nearest numbered one at the same DCP) stands in, as an estimate, when this
         release has none; a plan that names no release takes none (the fit of the rig's own logs)."""
-        return pick_offset(self.release_offsets, cfg.release_effective, cfg.parallel.dcp)
+        return pick_offset(
+            self.release_offsets,
+            cfg.release_effective,
+            cfg.parallel.dcp,
+            checkpoint_name(cfg.model.path),
+            cfg.mtp > 0,
+        )
 
     def coefficients(self) -> dict[str, dict[str, float]]:
         return {t: dict(f.coefficients) for t, f in self.fits.items()}
@@ -437,7 +474,13 @@ def fit_model(
     is taken past its release's offset, so a record corrects the prior it is compared with."""
 
     def p_offset(cfg: DeploymentConfig) -> int:
-        off, _own = pick_offset(release_offsets, cfg.release_effective, cfg.parallel.dcp)
+        off, _own = pick_offset(
+            release_offsets,
+            cfg.release_effective,
+            cfg.parallel.dcp,
+            checkpoint_name(cfg.model.path),
+            cfg.mtp > 0,
+        )
         return off.bytes if off is not None else 0
 
     rows: dict[str, list[tuple[str, Mapping[str, float], float]]] = {t: [] for t in TERMS}

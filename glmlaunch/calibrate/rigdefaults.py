@@ -86,8 +86,15 @@ def model_from_document(doc: dict[str, Any]) -> TermModel:
         points=tuple(doc["logs"]),
         n_by_version=tuple((v[0], int(v[1]), tuple(v[2])) for v in doc.get("n_by_version", [])),
         release_offsets=tuple(
-            ReleaseOffset(o["release"], int(o["dcp"]), int(o["bytes"]), tuple(o["boots"]))
-            for o in doc.get("release_offsets", [])
+            ReleaseOffset(
+                o["release"],
+                int(o["dcp"]),
+                int(o["bytes"]),
+                tuple(o["boots"]),
+                o.get("checkpoint"),
+                o.get("mtp"),
+            )
+            for o in [*doc.get("release_offsets", []), *doc.get("checkpoint_offsets", [])]
         ),
     )
 

@@ -600,6 +600,16 @@ _TOOLCHAIN = "toolchain or process setting of the serving image (no GPU memory)"
 _HOST_PATH = "a cache directory on the host (host-derived path)"
 _CPP_AR = "the C++ all-reduce's NCCL crossover (used when the PCIe all-reduce is off)"
 _DCP_ROUTE = "DCP attention route choice of the r12-r28 launchers; its memory is not modelled separately"
+_IT_RING = (
+    "sizes the InstantTensor loader's load-time ring (the buffer, and the I/O staging it caps at this share "
+    "of free memory): the load-time peak, ledger/loadtime.py"
+)
+_IMAGE_NCCL = (
+    "the serving image's NCCL build settings (NCCL 2.31.2 on the Infernal Invocation image; no GPU memory)"
+)
+_IMAGE_NCCL_LIB = (
+    "the serving image's NCCL library (preloaded by glm52-pcie-runtime-env.sh when the file exists; a path)"
+)
 
 #: vLLM / library variables that glmlaunch does not manage but knows to be real, each with why it is not a
 #: setting, so passing them through `env:` raises no "unknown name" warning.
@@ -658,7 +668,8 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
     # the r14 GLM-5.2 EXL3 launcher's `profile runtime:` knobs (real boot logs, tests/fixtures/boot-logs)
     "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE": _DCP_ROUTE,
     "VLLM_DISABLE_SHARED_EXPERTS_STREAM": "shared-experts stream on/off (one CUDA stream more or less)",
-    "VLLM_EXL3_PREFILL_BLOCK_M": "EXL3 prefill tile rows (its arena is sized by the prefill capacity)",
+    "VLLM_EXL3_PREFILL_BLOCK_M": "EXL3 prefill route block: the r34 / ii mixed-Trellis arenas are sized with "
+    "it (ledger/r7.py); 64 on three-tier K3/K4/K5 experts cannot launch on SM120 (a rule refuses it)",
     "VLLM_EXL3_PREFILL_CHUNK": "EXL3 prefill chunk rows (its arena is sized by the prefill capacity)",
     "VLLM_EXL3_TRELLIS_BLOCK_M": "EXL3 Trellis tile rows",
     "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD": _VLLM_ROUTE,
@@ -694,9 +705,36 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
     HF_ENDPOINT: "the hub `glmlaunch fetch` downloads from (a mirror; default the public hub)",
     HF_TOKEN: "the hub token for gated or private checkpoints (a secret: masked everywhere)",
     "INSTANTTENSOR_BACKEND": "the InstantTensor loader (model.load_format instanttensor)",
-    "INSTANTTENSOR_COPY": "the InstantTensor loader (model.load_format instanttensor)",
-    "INSTANTTENSOR_BUFFER_SIZE": "the InstantTensor loader (model.load_format instanttensor)",
-    "INSTANTTENSOR_MAX_FREE_MEM_USAGE": "the InstantTensor loader (model.load_format instanttensor)",
+    "INSTANTTENSOR_COPY": "the InstantTensor loader: 0 borrows its ring buffers (no loader-owned copy)",
+    "INSTANTTENSOR_BUFFER_SIZE": _IT_RING,
+    "INSTANTTENSOR_MAX_FREE_MEM_USAGE": _IT_RING,
+    "INSTANTTENSOR_CHUNK_SIZE": _IT_RING,
+    "INSTANTTENSOR_CONCURRENCY": _IT_RING,
+    "INSTANTTENSOR_IO_DEPTH": _IT_RING,
+    # the R7 mixed-Trellis path of vLLM's EXL3 (r34 and the Infernal Invocation line)
+    "VLLM_EXL3_R7_FUSED": "0 runs the projection-wise R7 fallback with its own graph arena instead of B12X's "
+    "fused arenas (the ledger then marks the R7 arenas an estimate)",
+    "VLLM_EXL3_R7_ROUTE_BLOCK": "route block of the projection-wise R7 fallback (VLLM_EXL3_R7_FUSED=0 "
+    "only): its scratch, concurrency x block x hidden, is not modelled",
+    "VLLM_EXL3_R7_FUSED_LAYERS": "caps how many layers take the fused R7 route (the rest fall back)",
+    "VLLM_EXL3_R7_A1_MIN_ROWS": _VLLM_ROUTE + " (the R7 retile entry; off by default)",
+    "VLLM_EXL3_R7_DEBUG": "R7 debug logging",
+    "VLLM_EXL3_EXT_PATH": "the exllamav3 extension the EXL3 kernels load (the image's path)",
+    "B12X_DISABLE_STANDALONE_K6": _B12X_ROUTE + " (the CuTe K6 small-row kernel; B12X master)",
+    "B12X_PCIE_ALLREDUCE_ALGORITHM": "B12X's PCIe all-reduce algorithm choice above TP8 (inert at TP4)",
+    "B12X_PCIE_ISLAND_RS_NANOSLEEP_CYCLES": "B12X's island reduce-scatter above TP8 (inert at TP4)",
+    "B12X_PCIE_ISLAND_RS_THREADS": "B12X's island reduce-scatter above TP8 (inert at TP4)",
+    "B12X_PCIE_VOCAB_ARGMAX_NANOSLEEP_CYCLES": "B12X's vocabulary argmax exchange above TP8 (inert at TP4)",
+    # the serving images' NCCL (the ii image sets NCCL_CUMEM_ENABLE, managed as comm.nccl.cumem_enable)
+    "NCCL_P2P_DISABLE": _IMAGE_NCCL,
+    "NCCL_NET_PLUGIN": _IMAGE_NCCL,
+    "NCCL_TUNER_PLUGIN": _IMAGE_NCCL,
+    "NCCL_VERSION": _IMAGE_NCCL,
+    "NCCL_LOCAL_INFERENCE_PATH": _IMAGE_NCCL_LIB,
+    "NCCL_PR2127_PATH": _IMAGE_NCCL_LIB,
+    "VLLM_NCCL_SO_PATH": _IMAGE_NCCL_LIB,
+    "LD_PRELOAD": _IMAGE_NCCL_LIB,
+    "LD_LIBRARY_PATH": _TOOLCHAIN,
     "LMCACHE_L1_GB": "LMCache's DRAM tier, sized on the host from lmcache_config.offload_fraction",
     "LMCACHE_L2_PATH": "LMCache's NVMe tier directory (host-derived path)",
     "DCP_TOPK_OWNER_MERGE": "the appliance calibrator's input; vLLM reads VLLM_DCP_TOPK_OWNER_MERGE",
@@ -719,6 +757,14 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
     "MINFER_FMHA_CACHE_DIR": _HOST_PATH,
     "CUPY_CACHE_DIR": _HOST_PATH,
     "NUMBA_CACHE_DIR": _HOST_PATH,
+    "TMPDIR": _HOST_PATH,
+    "LOCAL_INFERENCE_CACHE_FINGERPRINT": "names the image's JIT cache tree (a label, no memory)",
+    "CMAKE_CUDA_ARCHITECTURES": _TOOLCHAIN,
+    "FLASHINFER_LOCAL_VERSION": _TOOLCHAIN,
+    "NVCC_THREADS": _TOOLCHAIN,
+    "CUTLASS_DSL_VERSION": _TOOLCHAIN,
+    "VIRTUAL_ENV": _TOOLCHAIN,
+    "PYTHONPATH": _TOOLCHAIN,
 }
 
 #: The compile and JIT caches of the container (scripts/Dockerfile.glmlaunch), all under the /cache volume so

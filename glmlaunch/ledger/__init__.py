@@ -36,8 +36,11 @@ from glmlaunch.ledger import (
     indexer,
     kv_cache,
     lmcache,
+    loadtime,
     oneshot,
     paged_logits,
+    profile_prefill,
+    r7,
     runtime,
     topk_exchange,
     weights,
@@ -227,6 +230,9 @@ _SUBSYSTEMS: tuple[Callable[[Context], list[Draft]], ...] = (
     exl3.entries,
     dcp_prefill.entries,
     lmcache.entries,
+    # the B12X-era EXL3 arenas and the ii profile pass: last, so no earlier configuration packs otherwise
+    r7.all_entries,
+    profile_prefill.entries,
 )
 
 
@@ -333,6 +339,7 @@ def build_ledger(
         RankLedger(rank=i, gpu=gpus[i] if i < len(gpus) else i, entries=entries)
         for i in range(config.parallel.tp)
     )
+    weights_entry = next(e for e in sized if e.name == "weights")
     return Ledger(
         stack=config.stack,
         library="b12x" if ctx.lib is not None else "builtin",
@@ -343,4 +350,9 @@ def build_ledger(
         base_terms=base,
         runtime=demand.runtime_demand(ctx),
         inputs=inputs,
+        load_time=loadtime.load_peak(
+            config,
+            weights_entry._replace(device_bytes=base.w, requested_bytes=base.w),
+            config.hardware.memory_per_gpu - base.u_pre,
+        ),
     )

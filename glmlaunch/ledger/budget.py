@@ -90,6 +90,10 @@ class Budget(NamedTuple):
     #: pool holds (it may be less than one max_model_len request: then only a pin fixes the deployment)
     recommended_gpu_memory_utilization: float | None = None
     recommended_gmu_kv_tokens: int = 0
+    #: the load-time peak (ledger/loadtime.py: W and what loading holds beside it) and F0 minus it; None
+    #: where loading holds nothing beside the weights that the ledger charges
+    load_peak: int = 0
+    load_margin: int | None = None
 
     @property
     def terms(self) -> dict[str, int]:
@@ -163,6 +167,13 @@ def compute_budget(
     confirmed = (pinned is not None or w_known) and origin != "default"
 
     reasons: list[str] = []
+    load = ledger.load_time
+    load_margin = None if load is None else f0 - load.peak_bytes
+    if load_margin is not None and load_margin < 0:
+        reasons.append(
+            f"load: the load-time peak {load.peak_bytes:,} B (W and what loading holds beside it) > F0 "  # type: ignore[union-attr]
+            f"{f0:,} B: loading runs out of memory before vLLM profiles"
+        )
     start_ok = f0 >= gate
     if not start_ok:
         reasons.append(
@@ -257,6 +268,8 @@ def compute_budget(
         else kv_cache.tokens_for(
             kv_bytes(gate_bytes(gmu_rec, total), t, None), per_token, config.parallel.dcp
         ),
+        load_peak=0 if load is None else load.peak_bytes,
+        load_margin=load_margin,
     )
 
 

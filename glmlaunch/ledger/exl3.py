@@ -18,6 +18,7 @@ the EXL3 prefill capacity C (``VLLM_EXL3_PREFILL_CAPACITY``; unset, the launcher
 from __future__ import annotations
 
 from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.ledger import r7
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 
 KIB = 1024
@@ -60,7 +61,8 @@ def _capacity_text(cfg: DeploymentConfig) -> str:
 
 def entries(ctx: Context) -> list[Draft]:
     cfg = ctx.config
-    if not cfg.is_exl3:
+    if not cfg.is_exl3 or r7.applies(cfg):
+        # mixed-tier experts on the r34 / ii stacks run B12X's worst-case arenas instead (ledger/r7.py)
         return []
     c = cfg.exl3_prefill_capacity_effective
     d, d_src = decode_capacity(cfg, ctx.capture_sizes)

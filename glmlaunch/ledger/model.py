@@ -13,7 +13,9 @@ inside one op call: peak only), ``driver`` (CUDA context and NCCL internals: NVM
 ``profiled`` (P or N), ``graph-estimated`` (G_e), ``unbudgeted`` (X), or ``budget-term`` for the two
 entries that are budget terms of their own (weights W and the KV cache). ``runtime`` entries are not
 made at startup at all: they fire while requests run, after the KV pool and the graphs (the runtime
-demand, :mod:`glmlaunch.ledger.demand`), and are never in a rank's startup entries.
+demand, :mod:`glmlaunch.ledger.demand`), and are never in a rank's startup entries. ``load-time`` entries
+are held while the model loads and freed before vLLM profiles (:mod:`glmlaunch.ledger.loadtime`): they
+must fit the free memory F0, not the budget.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Literal, NamedTuple
 from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
 
 Kind = Literal["ipc", "torch", "workspace", "transient", "driver"]
-Lifetime = Literal["pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term", "runtime"]
+Lifetime = Literal[
+    "pre-snapshot", "profiled", "graph-estimated", "unbudgeted", "budget-term", "runtime", "load-time"
+]
 Origin = Literal["exact", "library", "default", "calibrated", "estimate"]
 
 KINDS: tuple[Kind, ...] = ("ipc", "torch", "workspace", "transient", "driver")
@@ -167,6 +171,19 @@ class RuntimeDemand:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadPeak:
+    """What a rank holds at the end of model loading (the weights first), against F0 as planned."""
+
+    entries: tuple[Entry, ...] = ()
+    #: F0 the peak was sized against (the InstantTensor ring reads it)
+    free: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(e.device_bytes for e in self.entries)
+
+
+@dataclass(frozen=True, slots=True)
 class Ledger:
     stack: str
     library: Literal["builtin", "b12x"]
@@ -183,6 +200,8 @@ class Ledger:
     runtime: RuntimeDemand = field(default_factory=RuntimeDemand)
     #: what calibration supplied (UNCALIBRATED: the ledger's defaults); the budget and the verdict read it
     inputs: LedgerInputs = UNCALIBRATED
+    #: the load-time peak, where loading holds more than the weights (None otherwise)
+    load_time: LoadPeak | None = None
 
     @property
     def rank0(self) -> RankLedger:

@@ -71,7 +71,34 @@ def _driver_entry(
     )
 
 
+#: why NCCL's figures are an estimate where NCCL's legacy allocator runs (the ii image)
+LEGACY_NCCL_NOTE = (
+    "NCCL_CUMEM_ENABLE=0 (the Infernal Invocation image: NCCL 2.31.2, legacy cudaMalloc buffers): the rig "
+    "defaults were fitted on Gilded Gnosis images (NCCL 2.30.4 with its cuMem allocator), so this figure "
+    "is an estimate until a boot log of this image is ingested"
+)
+
+
+def _legacy_nccl(ctx: Context) -> bool:
+    """NCCL's cuMem allocator is off and no record of this configuration measured NCCL."""
+    off = ctx.config.comm.nccl.cumem_enable is False
+    return off and ctx.inputs.origin != "calibrated"
+
+
+def _estimate(d: Draft, ctx: Context) -> Draft:
+    if not _legacy_nccl(ctx) or d.origin == "default":
+        return d
+    return d._replace(origin="estimate", note="; ".join(x for x in (d.note, LEGACY_NCCL_NOTE) if x))
+
+
 def entries(ctx: Context) -> list[Draft]:
+    return [
+        _estimate(d, ctx) if d.name in ("runtime.nccl", "runtime.nontorch_profiled") else d
+        for d in _entries(ctx)
+    ]
+
+
+def _entries(ctx: Context) -> list[Draft]:
     cfg = ctx.config
     out = [
         _driver_entry(

@@ -251,6 +251,15 @@ def _blockers(config: DeploymentConfig, b: Budget) -> list[Blocker]:
     rest = b.w + b.p + b.n + b.g_e
     margin_terms = ("U_pre", "W", "P", "N", "G_e") if fixed else ("U_pre",)
     out: list[Blocker] = []
+    if b.load_margin is not None and b.load_margin < 0:
+        out.append(
+            Blocker(
+                "load",
+                f"the load: the load-time peak {format_size(b.load_peak)} (W and what loading holds beside "
+                f"it) > F0 {format_size(b.f0)}, so loading runs out of memory",
+                ("U_pre", "W"),
+            )
+        )
     if not b.start_gate_ok:
         out.append(
             Blocker(

@@ -31,7 +31,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal, NamedTuple
 
-from glmlaunch.config.releases import release_number
+from glmlaunch.config.releases import CROSS_LINE_DISTANCE, release_distance, release_number
 from glmlaunch.config.schema import DeploymentConfig, ModelGeometry
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 from glmlaunch.ledger.inputs import CheckpointOnDisk, LedgerInputs
@@ -166,10 +166,13 @@ class Figure:
 
 
 def _release_distance(fact: Fact, target: str | None) -> int:
-    a, b = release_number(fact.release), release_number(target)
-    if a is None or b is None:
-        return 0 if fact.release == target else 1000
-    return int(abs(a - b))
+    """How far a fact's release is from the deployment's: on one line their number difference, across the
+    Gilded Gnosis and Infernal Invocation lines further than any one-line difference; 1000 when either is
+    unknown or of the v image line (and they differ)."""
+    d = release_distance(fact.release, target)
+    if d is None:
+        return 0 if fact.release == target else CROSS_LINE_DISTANCE
+    return d
 
 
 def _mtp_shares() -> list[tuple[str, str, int, str]]:
@@ -382,14 +385,18 @@ def _other_bit_rate(cfg: DeploymentConfig) -> Figure | None:
             if _bits(checkpoint_name(f.checkpoint)) is not None
         }
     )
-    if not known:
-        return None
-    ref = known[0][1]
-    ref_bpw = _bits(checkpoint_name(ref)) or bpw
-    ref_cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": ref, "revision": None})})
-    base = documented(ref_cfg)
+    base = None
+    for _distance, ref in known:
+        # the nearest documented bit rate whose table reaches this setting (the R7 checkpoint's one K6
+        # figure, for one, does not reach a native load)
+        model = cfg.model.model_copy(update={"path": ref, "revision": None})
+        ref_cfg = cfg.model_copy(update={"model": model})
+        base = documented(ref_cfg)
+        if base is not None:
+            break
     if base is None:
         return None
+    ref_bpw = _bits(checkpoint_name(ref)) or bpw
     delta = round(expert_params_per_rank(cfg) * (bpw - ref_bpw) / 8)
     value = base.value + delta
     return Figure(

@@ -300,9 +300,19 @@ class RuntimeDoc(_Doc):
     phase_of: dict[str, str] = Field(description="transient name -> the phase it fires in")
 
 
+class LoadTimeDoc(_Doc):
+    """The load-time peak: what a rank holds at the end of model loading, against F0."""
+
+    peak_bytes: int = Field(description="the sum of the entries: W and what loading holds beside it")
+    f0_bytes: int = Field(description="the free memory the load fits into (T - U_oth - U_pre)")
+    margin_bytes: int = Field(description="f0_bytes - peak_bytes; negative: the load runs out of memory")
+    entries: list[EntryDoc] = Field(description="the weights first, then each load-time allocation")
+
+
 class BlockerDoc(_Doc):
     id: str = Field(
-        description="the constraint that fails: start-gate, no-kv (no memory left for the KV cache), "
+        description="the constraint that fails: load (the load-time peak exceeds F0), start-gate, no-kv "
+        "(no memory left for the KV cache), "
         "request-fit (one max_model_len request does not fit the KV cache), oom-risk (negative margin), "
         "runtime (the runtime demand leaves less than memory.min_runtime_margin), margin (below "
         "memory.min_margin)"
@@ -390,6 +400,12 @@ class PlanDoc(_Doc):
     )
     budget: BudgetDoc
     verdict: VerdictDoc
+    # Added in version 1 (compatible): present only where loading holds more than the weights.
+    load_time: LoadTimeDoc | None = Field(
+        None,
+        description="the load-time peak (InstantTensor's ring, the R7 preparation ballast, online-K6 "
+        "staging) against F0; absent where loading holds nothing beside the weights that the ledger charges",
+    )
 
 
 def entry_doc(e: Entry) -> EntryDoc:
@@ -509,4 +525,12 @@ def plan_document(result: ProfilePlan) -> PlanDoc:
         calibration=result.calibration_message,
         budget=budget_doc(budget),
         verdict=VerdictDoc.model_validate(result.verdict.to_json()),
+        load_time=None
+        if ledger.load_time is None
+        else LoadTimeDoc(
+            peak_bytes=ledger.load_time.peak_bytes,
+            f0_bytes=budget.f0,
+            margin_bytes=budget.load_margin if budget.load_margin is not None else 0,
+            entries=[entry_doc(e) for e in ledger.load_time.entries],
+        ),
     )

@@ -19,7 +19,7 @@ from glmlaunch.config.units import format_size
 from glmlaunch.errors import MarginError
 from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.constants import for_stack
-from glmlaunch.ledger.model import LIFETIMES, Entry, RankLedger, RuntimeDemand
+from glmlaunch.ledger.model import LIFETIMES, Entry, LoadPeak, RankLedger, RuntimeDemand
 from glmlaunch.output import fit, mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
 from glmlaunch.plan.planner import ProfilePlan, entry_doc, find_entry, generation_line, plan_document
@@ -184,6 +184,23 @@ def runtime_table(demand: RuntimeDemand, width: int | None = None) -> Table:
     return t
 
 
+def load_table(load: LoadPeak, b: Budget, width: int | None = None) -> Table:
+    """The load-time peak: the weights and what loading holds beside them, against F0."""
+    margin = b.load_margin if b.load_margin is not None else b.f0 - load.peak_bytes
+    t = _table(
+        f"load-time peak per rank {_size(load.peak_bytes)} of F0 {_size(b.f0)}: {_size(margin)} left "
+        "(freed before vLLM profiles)",
+        width,
+    )
+    t.add_column("entry", no_wrap=True, overflow="fold")
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("origin")
+    t.add_column("reader", overflow="fold")
+    for e in load.entries:
+        t.add_row(e.name, _size(e.device_bytes), e.origin, e.reader)
+    return t
+
+
 def budget_table(b: Budget, width: int | None = None) -> Table:
     full = width is None or width >= FULL_WIDTH
     t = _table("budget per rank (docs/memory-model.md §6)", width)
@@ -322,7 +339,11 @@ def render_plan(
     for line in ledger.notes:
         note(line)
     if as_json:
-        out_json(plan_document(result).model_dump(mode="json"))
+        doc = plan_document(result).model_dump(mode="json")
+        if doc.get("load_time") is None:
+            # only where loading holds more than the weights (docs/memory-model.md §6)
+            doc.pop("load_time", None)
+        out_json(doc)
     else:
         width = terminal_width()
         out_console.print(Text(title, style="bold"))
@@ -336,6 +357,8 @@ def render_plan(
             out_console.print(latent_table(ledger.latent, width))
         if ledger.runtime.transients:
             out_console.print(runtime_table(ledger.runtime, width))
+        if ledger.load_time is not None:
+            out_console.print(load_table(ledger.load_time, budget, width))
         out_console.print(budget_table(budget, width))
         out_console.print(memmap.render_terminal(ledger.rank0, budget, width=_map_width(width)))
         out_console.print(verdict_text(result))

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from glmlaunch.config.environment import produced_env
+from glmlaunch.config.registry import KNOWN_PASSTHROUGH, MANAGED_BY_NAME, TOOL_VARS
 from glmlaunch.config.render_args import full_argv
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
@@ -197,6 +198,20 @@ def test_the_recorded_chain_execs_what_its_dry_run_shows(profile: str) -> None:
     # the dry run's fallback, which the profile keeps (6 MB: serve-glm52-v19.sh L236)
     assert _calibrated(fx)["VLLM_PCIE_DMA_MIN_BYTES"]["values"]["dry_run"] == "6MB"
     assert "VLLM_EXL3_PREFILL_BLOCK_M" not in fx["env"]
+
+
+@pytest.mark.parametrize("profile", sorted(DCP1_CHAINS))
+def test_every_name_the_r7_chains_and_images_set_is_known(profile: str) -> None:
+    """Each name the chain exports or the image's Dockerfile sets is managed, a known passthrough with its
+    reason, or a launcher input only the chain reads; the B12X image's leftover SPARKINFER_* names are the
+    exception: a B12X stack warns about them by design."""
+    fx = _fixture(PROFILES[profile])
+    names = set(fx["env"]) | set(fx["image_env"]) | {e["name"] for e in fx["excluded"]}
+    known = set(MANAGED_BY_NAME) | set(KNOWN_PASSTHROUGH) | set(TOOL_VARS) | CHAIN_KNOBS
+    unknown = {n for n in names - known if not n.startswith("SPARKINFER_")}
+    assert unknown == set()
+    for name in names & set(KNOWN_PASSTHROUGH):
+        assert KNOWN_PASSTHROUGH[name], name
 
 
 def test_the_two_r7_chains_differ_only_where_the_lines_do() -> None:

@@ -29,7 +29,7 @@ import pytest
 
 from glmlaunch.config.registry import library_reads
 from glmlaunch.config.releases import RELEASE_BANDS, STACKS, stack_of_release
-from glmlaunch.ledger import dcp_a2a, dma, fold, indexer, oneshot, topk_exchange
+from glmlaunch.ledger import dcp_a2a, dma, fold, indexer, oneshot, r7, topk_exchange
 from glmlaunch.ledger.constants import TABLE, StackConstants, for_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -252,6 +252,20 @@ def test_two_level_fold(stack: str) -> None:
             assert (mine.total_slices, mine.candidate_nbytes) == (slices, nbytes)
         elif nbytes:
             assert mine.candidate_nbytes == nbytes
+
+
+@pytest.mark.parametrize("stack", ["b12x-r32", "b12x-ii"])
+def test_mixed_trellis_arenas(stack: str) -> None:
+    """The r34 / ii vLLM sizes one worst-case arena per owner and geometry with the tree's
+    make_mixed_trellis3_buffers: the ledger's formula is that function's bytes over the whole grid."""
+    rows = layout(stack, "mixed_trellis")
+    for size_m, block, sms, inter, nbytes in rows:
+        mine = r7.arena(size_m, block, topk=8, hidden=6144, inter=inter, experts=256, sms=sms)
+        assert mine.bytes == nbytes, (size_m, block, sms, inter)
+    # the patch's own figure: "approximately 574 MiB" per arena at the GLM-5.2 prefill capacity, block 64
+    big = {(r[0], r[1], r[2], r[3]): r[4] for r in rows}
+    assert round(big[(2048, 64, 188, 512)] / 2**20, 1) == 574.1
+    assert round(big[(2048, 32, 188, 512)] / 2**20, 1) == 527.1
 
 
 @pytest.mark.parametrize("stack", STACKS)

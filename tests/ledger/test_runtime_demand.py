@@ -202,5 +202,20 @@ def test_the_fit_cases_bound_every_term() -> None:
     for row in document()["fit"]["cases"]:
         served = OUTCOMES[row["id"]]["outcome"] == "served"
         assert (row["runtime_margin_mib"] >= 0) is served, row
-    fit_ids = {c["id"] for c in CASES if c["fit"]}
+    fit_ids = {c["id"] for c in CASES if c["fit"] and "group" not in c}
     assert {row["id"] for row in document()["fit"]["cases"]} == fit_ids
+
+
+def test_the_r7_group_is_fitted_apart(clean_env: dict[str, str]) -> None:
+    """Mixed-tier EXL3 on the r34 / ii stacks has its own prefill-growth term, fitted on its own cases
+    (the README's served R7 shapes): every one of them serves with it, and no other case moved it."""
+    from glmlaunch.ledger.demand.facts import term
+
+    group = [c for c in CASES if c.get("group") == "r7"]
+    t = term("r7_prefill_growth_bytes_per_token")
+    assert set(t.evidence) == {c["id"] for c in group} and t.value > 0
+    assert "no OOM documented" in t.how
+    for c in group:
+        doc = plan(clean_env, c["profile"], *c["set"])
+        assert doc["verdict"]["ok"], doc["verdict"]["summary"]
+        assert "r7_prefill_growth_bytes_per_token" in doc["runtime_demand"]["transients"][0]["formula"]

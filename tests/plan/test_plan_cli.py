@@ -63,6 +63,7 @@ def test_schema_is_stable() -> None:
         "calibration",
         "budget",
         "verdict",
+        "load_time",  # added in version 1 (compatible), present only where loading holds more than W
     ]
 
 

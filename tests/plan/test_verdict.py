@@ -130,7 +130,13 @@ def test_plan_serve_and_check_agree_on_every_shipped_profile(
     assert json.loads(dry.stdout)["verdict"] == plan_verdict
     # on the rig's inventory: check's memory_verdict row and serve's plan stage judge the same budget
     check = run_cli("check", "-p", profile, "--inventory", str(INVENTORY), "--json", env=clean_env)
-    assert check.returncode == 0, check.stderr
+    failed = [r["name"] for r in json.loads(check.stdout)["results"] if r["status"] == "FAIL"]
+    if resolve_config(profile, environ={}).config.hardware.min_cuda == "13.3":
+        # the Infernal Invocation image is CUDA 13.3; the recorded rig's driver supports 13.2: only the
+        # driver check fails, and the memory verdict is judged all the same
+        assert check.returncode == 3 and failed == ["driver"], check.stderr
+    else:
+        assert check.returncode == 0, check.stderr
     check_verdict = json.loads(check.stdout)["verdict"]
     served = run_cli("serve", "-p", profile, "--dry-run", "--json", "--inventory", str(INVENTORY), env=env)
     assert json.loads(served.stdout)["verdict"] == check_verdict

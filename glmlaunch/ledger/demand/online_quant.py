@@ -4,10 +4,13 @@ The records name them when they fail: "48 MiB mixed-Trellis temporary" (3.42 nat
 mixed-K temporary" (3.36 automatic pool, r20). The online-quantized layers run prefill chunks through
 paths the profiled dummy batch does not reach at full size. Their sum is a fitted term,
 ``online_quant_bytes`` (facts.json), measured on exl3-b6 only: mxfp8 is charged the same as an estimate.
+On the r34 and Infernal Invocation stacks with mixed-tier experts (:mod:`glmlaunch.ledger.r7`) none is
+charged: their K6 temporary is sized from the code and profiled (``exl3.k6_scratch``).
 """
 
 from __future__ import annotations
 
+from glmlaunch.ledger import r7
 from glmlaunch.ledger.context import Context, fmt_int
 from glmlaunch.ledger.demand.entry import transient
 from glmlaunch.ledger.demand.facts import term
@@ -19,6 +22,11 @@ FITTED_ON = "exl3-b6"
 def transients(ctx: Context) -> list[Transient]:
     quant = ctx.config.model.online_quant
     if quant == "none":
+        return []
+    if quant == FITTED_ON and r7.applies(ctx.config):
+        # r34 / ii B12X K6 runs one capped split-K temporary per call, reused across layers and charged
+        # in P (exl3.k6_scratch, derived); the mixed-Trellis experts run preallocated arenas. The fitted
+        # term stands for the SparkInfer-era paths whose 48 MiB temporaries the records name.
         return []
     t = term("online_quant_bytes")
     measured = quant == FITTED_ON
