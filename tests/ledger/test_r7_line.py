@@ -17,7 +17,7 @@ from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger import build_ledger
 from glmlaunch.ledger.budget import Budget
-from glmlaunch.plan.planner import plan_resolved
+from glmlaunch.plan.plan import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 2**30
@@ -29,10 +29,9 @@ README_KV = {(3, 0.98): 75_072, (0, 0.97): 82_816}
 
 def _plan(profile: str, *sets: str) -> tuple[DeploymentConfig, Budget, Any]:
     """A plan as on a fresh machine: the rig defaults, no calibration record."""
-    resolved = resolve_config(profile, sets, environ={})
-    cal = calibration_for(resolved.config, store=Store(REPO / "tests" / "no-such-store")).calibration
-    result = plan_resolved(resolved, calibration=cal)
-    return resolved.config, result.budget, result
+    config = resolve_config(profile, sets, environ={}).config
+    plan = make_plan(config, store=Store(REPO / "tests" / "no-such-store"))
+    return config, plan.budget, plan
 
 
 @pytest.mark.parametrize("profile", R7)
@@ -136,11 +135,11 @@ def test_the_runtime_demand_of_the_line() -> None:
 
 def test_nccl_on_the_ii_image_is_an_estimate() -> None:
     config = resolve_config("ii-r18-exl3-r7", environ={}).config
-    cal = calibration_for(config, store=Store(REPO / "tests" / "no-such-store")).calibration
-    ii = build_ledger(config, calibration=cal)
+    cal = calibration_for(config, store=Store(REPO / "tests" / "no-such-store")).inputs
+    ii = build_ledger(config, cal)
     nccl = ii.entry("runtime.nccl")
     assert nccl is not None and nccl.origin == "estimate" and "NCCL_CUMEM_ENABLE=0" in nccl.note
-    gg = build_ledger(resolve_config("r34-exl3-r7", environ={}).config, calibration=cal)
+    gg = build_ledger(resolve_config("r34-exl3-r7", environ={}).config, cal)
     assert "NCCL_CUMEM_ENABLE" not in (gg.entry("runtime.nccl") or nccl).note
 
 
