@@ -73,6 +73,9 @@ ADDED_SETTINGS: tuple[str, ...] = (
     "lmcache_config.http_port",
     "lmcache_config.l1_gb",
     "lmcache_config.prometheus_port",
+    # the R7 line (issue 30): the checkpoint's expert tiers and NCCL's cuMem switch
+    "model.expert_bits",
+    "comm.nccl.cumem_enable",
 )
 
 SOFTWARE_DISTRIBUTIONS: tuple[str, ...] = ("vllm", "torch", "b12x", "sparkinfer")

@@ -108,6 +108,30 @@ def record_report(record: Calibration) -> list[str]:
     return lines
 
 
+def _exl3_section(obs: Any) -> dict[str, Any] | None:
+    """What the rank said of its EXL3 runtime: the mixed-Trellis plan, the R7 arenas (one per owner and
+    geometry), the fallback's runtime, the fused layers and the route-pack warm-up; None without any."""
+    parts = {
+        "plan": obs.exl3,
+        "draft_plan": obs.exl3_draft,
+        "r7_arenas": obs.r7_arenas,
+        "r7_graph_runtime": obs.r7_graph_runtime,
+        "r7_fused_layers": obs.r7_fused_layers,
+        "route_pack_warmup": obs.route_pack_warmup,
+    }
+    if not any(v for v in parts.values()):
+        return None
+    out: dict[str, Any] = {}
+    for key, value in parts.items():
+        if isinstance(value, list):
+            out[key] = [v.model_dump(mode="json") for v in value]
+        elif hasattr(value, "model_dump"):
+            out[key] = value.model_dump(mode="json")
+        else:
+            out[key] = value
+    return out
+
+
 def record_document(record: Calibration, *, residuals: Any = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "record_id": record.record_id,
@@ -133,6 +157,7 @@ def record_document(record: Calibration, *, residuals: Any = None) -> dict[str, 
                 "found": obs.found,
                 "missing": obs.missing,
                 "unparsed": obs.unparsed,
+                "exl3": _exl3_section(obs),
             }
             for obs, t in zip(record.boot.ranks, record.ranks, strict=True)
         ],

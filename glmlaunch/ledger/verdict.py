@@ -37,7 +37,7 @@ from glmlaunch.ledger.model import Ledger
 Confidence = Literal["confirmed", "rig-defaults", "estimate"]
 #: Where one budget term's figure comes from.
 Source = Literal["record", "exact", "profile", "rig-defaults", "estimate", "default"]
-BlockerId = Literal["start-gate", "no-kv", "request-fit", "oom-risk", "runtime", "margin"]
+BlockerId = Literal["load", "start-gate", "no-kv", "request-fit", "oom-risk", "runtime", "margin"]
 
 TERMS: tuple[str, ...] = ("U_pre", "W", "P", "N", "G_e", "KV bytes/token")
 CONFIRMED_SOURCES: frozenset[str] = frozenset({"record", "exact", "profile"})

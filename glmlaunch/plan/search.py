@@ -650,6 +650,8 @@ def no_fit_hints(result: SearchResult) -> list[str]:
         )
         add("lower scheduler.max_model_len", "request-fit")
     add("lower the required margin (--min-margin, memory.min_margin)", "margin")
+    # no knob the search moves lowers the load-time peak (W and what loading holds beside it)
+    add("a checkpoint with smaller weights, or lower what is held before vLLM's snapshot (U_pre)", "load")
     if b.used_by_others > 0:
         held = format_size(max(x.budget.used_by_others for x in ev.ranks))
         add(f"free memory on the GPUs ({held} held by other processes; glmlaunch hw shows who)", *memory)
@@ -667,6 +669,7 @@ def _join(items: list[str]) -> str:
 
 
 _BLOCKER_NAMES = {
+    "load": "the load-time peak",
     "start-gate": "the start gate",
     "no-kv": "the KV cache",
     "request-fit": "the request fit",

@@ -78,7 +78,11 @@ class DcpGeometry(BaseModel):
 
 
 class Exl3Plan(BaseModel):
-    """``EXL3 mixed Trellis runtime planned: …``: the target model's EXL3 runtime arena (rank 0 logs it)."""
+    """``EXL3 mixed Trellis runtime planned: …``: the target model's EXL3 runtime arena (rank 0 logs it).
+
+    Two forms: up to r27 ``decode_capacity=D prefill_capacity=C scheduler_capacity=S buffers=X MiB``; from
+    Gilded Gnosis r28 (and on the Infernal Invocation line) ``one-grid decode=D one-grid prefill=C/S
+    block_m=B buffers=X+Y MiB``, the decode and prefill buffers apart and the prefill route block."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
@@ -87,6 +91,46 @@ class Exl3Plan(BaseModel):
     prefill_capacity: int
     scheduler_capacity: int
     buffers_bytes: int
+    #: r28+: the prefill route block and the two states' buffers (their sum is ``buffers_bytes``)
+    block_m: int | None = None
+    decode_buffers_bytes: int | None = None
+    prefill_buffers_bytes: int | None = None
+
+
+class R7Arena(BaseModel):
+    """``R7 fused MoE scratch arena (worst-case sized): capacity=C block_m=B topk=K max_m_blocks=M``: one
+    shared mixed-Trellis arena (r34+, Infernal Invocation), one line per owner and launch geometry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    capacity: int
+    block_m: int
+    topk: int
+    max_m_blocks: int
+
+
+class R7GraphRuntime(BaseModel):
+    """``R7 EXL3 CUDA-graph runtime planned: …``: the projection-wise R7 fallback's arena
+    (``VLLM_EXL3_R7_FUSED=0``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    capacity: int
+    route_block: int
+    concurrency: int
+    topk: int
+    experts: int
+    arena_bytes: int
+    a1_min_rows: int
+
+
+class RoutePackWarmup(BaseModel):
+    """``Warmed up N EXL3 mixed-Trellis route-pack variant(s); free-memory delta X MiB.`` (r34+)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    variants: int
+    free_delta_bytes: int
 
 
 class Exl3DraftPlan(BaseModel):
@@ -149,6 +193,12 @@ class RankObservation(BaseModel):
     dcp_transient_bytes: int | None = None
     exl3: Exl3Plan | None = None
     exl3_draft: Exl3DraftPlan | None = None
+    #: the R7 mixed-Trellis arenas in log order (target and drafter, decode and prefill), the projection-wise
+    #: fallback's runtime, the layers that took the fused route and the route-pack warm-up
+    r7_arenas: list[R7Arena] = []
+    r7_graph_runtime: R7GraphRuntime | None = None
+    r7_fused_layers: int | None = None
+    route_pack_warmup: RoutePackWarmup | None = None
     ckv_gather_capacity_tokens: int | None = None
     crossovers: PcieCrossovers | None = None
     refusals: list[Refusal] = []
@@ -226,9 +276,24 @@ class _Acc:
     repeated: bool = False
 
     def put(self, key: str, updates: dict[str, object]) -> None:
+        if key in ACCUMULATED:
+            # one line per owner, geometry or layer: every line adds to the boot's list or count
+            if key not in self.found:
+                self.found.append(key)
+            for name, value in updates.items():
+                if isinstance(value, list):
+                    before = self.values.get(name, [])
+                    self.values[name] = [*(before if isinstance(before, list) else []), *value]
+                else:
+                    self.values[name] = int(self.values.get(name, 0)) + int(value)  # type: ignore[call-overload]
+            return
         if key in self.found:
             # A second boot in the same file (or a restart): the later boot wins, and we say so.
             self.repeated = True
+            if key == "weights":
+                # the later boot's lines start again
+                for name in ACCUMULATED_FIELDS:
+                    self.values.pop(name, None)
         else:
             self.found.append(key)
         self.values.update(updates)
@@ -279,6 +344,21 @@ def _dcp(m: re.Match[str]) -> dict[str, object]:
 
 
 def _exl3_plan(m: re.Match[str]) -> dict[str, object]:
+    if m.group("grid") is not None:
+        decode = to_bytes(m.group("bdec"), m.group("unit"))
+        prefill = to_bytes(m.group("bpre"), m.group("unit"))
+        return {
+            "exl3": Exl3Plan(
+                tiers=m.group("tiers"),
+                decode_capacity=int(m.group("gdec")),
+                prefill_capacity=int(m.group("gpre")),
+                scheduler_capacity=int(m.group("gsch")),
+                buffers_bytes=decode + prefill,
+                block_m=int(m.group("gbm")),
+                decode_buffers_bytes=decode,
+                prefill_buffers_bytes=prefill,
+            )
+        }
     return {
         "exl3": Exl3Plan(
             tiers=m.group("tiers"),
@@ -316,9 +396,35 @@ def _exl3_draft_plan(m: re.Match[str]) -> dict[str, object]:
 #: :data:`glmlaunch.vllmlog.bootconfig.EXL3_CAPACITIES_RE`).
 EXL3_ARENA_RE = re.compile(
     r"EXL3 mixed Trellis runtime planned:(?: tiers=(?P<tiers>\(\(.*?\)\)))?"
+    r"(?:"
     r" decode_capacity=(?P<dec>[0-9]+) prefill_capacity=(?P<pre>[0-9]+)"
     rf" scheduler_capacity=(?P<sch>[0-9]+) buffers={NUM} ?(GiB|MiB|KiB|B)\b"
+    r"|(?P<grid> one-grid decode=(?P<gdec>[0-9]+) one-grid prefill=(?P<gpre>[0-9]+)/(?P<gsch>[0-9]+)"
+    rf" block_m=(?P<gbm>[0-9]+) buffers=(?P<bdec>{NUM[1:-1]})\+(?P<bpre>{NUM[1:-1]})"
+    r" ?(?P<unit>GiB|MiB|KiB|B)\b)"
+    r")"
 )
+#: ``R7 fused MoE scratch arena (worst-case sized): …`` (Gilded Gnosis r34, Infernal Invocation)
+R7_ARENA_RE = re.compile(
+    r"R7 fused MoE scratch arena \(worst-case sized\): capacity=(?P<cap>[0-9]+) block_m=(?P<bm>[0-9]+)"
+    r" topk=(?P<topk>[0-9]+) max_m_blocks=(?P<mmb>[0-9]+)"
+)
+#: ``R7 EXL3 CUDA-graph runtime planned: …`` (the projection-wise fallback)
+R7_GRAPH_RE = re.compile(
+    r"R7 EXL3 CUDA-graph runtime planned: capacity=(?P<cap>[0-9]+) route_block=(?P<rb>[0-9]+)"
+    r" concurrency=(?P<conc>[0-9]+) topk=(?P<topk>[0-9]+) experts=(?P<exp>[0-9]+)"
+    rf" arena={NUM} ?(GiB|MiB|KiB|B) a1_min_rows=(?P<a1>[0-9]+)"
+)
+#: ``R7 fused B12X MoE <layer>: <tiers>``: one layer on the fused route
+R7_FUSED_RE = re.compile(r"R7 fused B12X MoE (?P<layer>\S+): (?P<summary>.+)")
+#: ``Warmed up N EXL3 mixed-Trellis route-pack variant(s); free-memory delta X MiB.``
+ROUTE_PACK_RE = re.compile(
+    rf"Warmed up (?P<n>[0-9]+) EXL3 mixed-Trellis route-pack variant\(s\); free-memory delta"
+    rf" (?P<delta>-?{NUM[1:-1]}) ?(?P<unit>GiB|MiB|KiB|B)"
+)
+#: matchers whose lines repeat within one boot (each adds to a list or a count)
+ACCUMULATED = frozenset({"r7_arena", "r7_fused"})
+ACCUMULATED_FIELDS = ("r7_arenas", "r7_fused_layers")
 
 _WORKER_MATCHERS: tuple[_Matcher, ...] = (
     _Matcher(
@@ -392,6 +498,48 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
     ),
     _Matcher("exl3_plan", "EXL3 mixed Trellis runtime planned", EXL3_ARENA_RE, _exl3_plan),
     _Matcher(
+        "r7_arena",
+        "R7 fused MoE scratch arena",
+        R7_ARENA_RE,
+        lambda m: {
+            "r7_arenas": [
+                R7Arena(
+                    capacity=int(m.group("cap")),
+                    block_m=int(m.group("bm")),
+                    topk=int(m.group("topk")),
+                    max_m_blocks=int(m.group("mmb")),
+                )
+            ]
+        },
+    ),
+    _Matcher(
+        "r7_graph_runtime",
+        "R7 EXL3 CUDA-graph runtime planned",
+        R7_GRAPH_RE,
+        lambda m: {
+            "r7_graph_runtime": R7GraphRuntime(
+                capacity=int(m.group("cap")),
+                route_block=int(m.group("rb")),
+                concurrency=int(m.group("conc")),
+                topk=int(m.group("topk")),
+                experts=int(m.group("exp")),
+                arena_bytes=to_bytes(m.group(6), m.group(7)),
+                a1_min_rows=int(m.group("a1")),
+            )
+        },
+    ),
+    _Matcher("r7_fused", "R7 fused B12X MoE ", R7_FUSED_RE, lambda m: {"r7_fused_layers": 1}),
+    _Matcher(
+        "route_pack_warmup",
+        "EXL3 mixed-Trellis route-pack variant",
+        ROUTE_PACK_RE,
+        lambda m: {
+            "route_pack_warmup": RoutePackWarmup(
+                variants=int(m.group("n")), free_delta_bytes=to_bytes(m.group("delta"), m.group("unit"))
+            )
+        },
+    ),
+    _Matcher(
         "exl3_draft_plan",
         "EXL3 rank-sliced runtime planned",
         re.compile(
@@ -433,6 +581,10 @@ OPTIONAL_FIELDS: tuple[str, ...] = (
     "graph_capture",
     "exl3_plan",
     "exl3_draft_plan",
+    "r7_arena",
+    "r7_graph_runtime",
+    "r7_fused",
+    "route_pack_warmup",
     "ckv_gather",
     "crossovers",
 )

@@ -54,6 +54,13 @@ EXL3_CAPACITIES_RE = re.compile(
     r"EXL3 mixed Trellis runtime planned:.*? decode_capacity=([0-9]+) prefill_capacity=([0-9]+)"
     r" scheduler_capacity=([0-9]+)(?: buffers=([0-9.]+) ?(GiB|MiB|KiB|B)\b)?"
 )
+#: The same line as Gilded Gnosis r28+ and Infernal Invocation print it: ``one-grid decode=D one-grid
+#: prefill=C/S block_m=B buffers=X+Y MiB`` (D the decode window, C the prefill capacity, S the scheduler's
+#: batched tokens, B the prefill route block; buffers optional)
+EXL3_GRID_CAPACITIES_RE = re.compile(
+    r"EXL3 mixed Trellis runtime planned:.*? one-grid decode=([0-9]+) one-grid prefill=([0-9]+)/([0-9]+)"
+    r" block_m=([0-9]+)(?: buffers=([0-9.]+)\+([0-9.]+) ?(GiB|MiB|KiB|B)\b)?"
+)
 #: ``Configured b12x PCIe crossovers: oneshot max=…, fused max=…, DMA min=….`` (bytes)
 CROSSOVERS_RE = re.compile(r"PCIe crossovers: oneshot max=([0-9]+), fused max=([0-9]+), DMA min=([0-9]+)")
 
@@ -86,6 +93,8 @@ class BootConfig(BaseModel):
     exl3_prefill_capacity: int | None = None
     exl3_scheduler_capacity: int | None = None
     exl3_buffers_bytes: int | None = None
+    #: the prefill route block vLLM chose (r28+ lines; 32 for GLM-5.2's three-tier experts on SM12x)
+    exl3_prefill_block_m: int | None = None
     oneshot_max_bytes: int | None = None
     fused_max_bytes: int | None = None
     dma_min_bytes: int | None = None
@@ -325,6 +334,16 @@ def _scan_line(line: str, values: dict[str, Any], runtime: dict[str, str]) -> No
             exl3_prefill_capacity=int(m.group(2)),
             exl3_scheduler_capacity=int(m.group(3)),
             exl3_buffers_bytes=to_bytes(m.group(4), m.group(5)) if m.group(4) else None,
+        )
+    elif m := EXL3_GRID_CAPACITIES_RE.search(line):
+        values.update(
+            exl3_decode_capacity=int(m.group(1)),
+            exl3_prefill_capacity=int(m.group(2)),
+            exl3_scheduler_capacity=int(m.group(3)),
+            exl3_prefill_block_m=int(m.group(4)),
+            exl3_buffers_bytes=to_bytes(m.group(5), m.group(7)) + to_bytes(m.group(6), m.group(7))
+            if m.group(5)
+            else None,
         )
     elif m := CROSSOVERS_RE.search(line):
         values.update(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -556,3 +557,49 @@ def test_as_pid_1_death_by_a_signal_is_128_plus_n(
     assert done.returncode == 128 + signal.SIGKILL, err
     assert "vllm exited: signal 9 (SIGKILL); glmlaunch exits 137 (PID 1)" in err
     assert outcome(env)["glmlaunch_exit"] == {"code": 137, "signal": None, "status": "exit 137"}
+
+
+# --- the EXL3 lines of r28+ / Infernal Invocation builds ---------------------------------------------------
+
+
+LAYER_LINE = re.compile(
+    r"(\(Worker_TP\d+\S* pid=\d+\)) (INFO \S+ \S+ )\[exl3\.py:\d+\] EXL3 mixed Trellis model"
+)
+
+
+def _with_r7_lines(tmp: Path) -> Path:
+    """The OK log with the R7 lines (format strings of blackwell-llm-docker@3dd078a
+    patches/releases/infernal-invocation-r18/vllm/integration.patch, see tests/vllmlog/test_r7_lines.py)
+    spliced in after each rank's first layer line, in that rank's own prefix."""
+    out: list[str] = []
+    done: set[str] = set()
+    arena = "R7 fused MoE scratch arena (worst-case sized): capacity={} block_m={} topk=8 max_m_blocks={}"
+    for line in OK_LOG.read_text(encoding="utf-8").splitlines():
+        out.append(line)
+        m = LAYER_LINE.match(line)
+        if m and m.group(1) not in done:
+            done.add(m.group(1))
+            head = f"{m.group(1)} {m.group(2)}"
+            out += [
+                f"{head}[exl3.py:6971] " + arena.format(6, 8, 48),
+                f"{head}[exl3.py:6971] " + arena.format(3072, 32, 1024),
+                f"{head}[exl3.py:10402] Warmed up 12 EXL3 mixed-Trellis route-pack variant(s); "
+                "free-memory delta 8.0 MiB.",
+            ]
+    assert len(done) == 4
+    path = tmp / "r7.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path
+
+
+def test_the_supervised_serve_records_the_r7_lines(
+    profiles: dict[str, Path], env: dict[str, str], tmp_path: Path
+) -> None:
+    code, _, err = finish(start(profiles["ok"], env, then="exit:0", log=str(_with_r7_lines(tmp_path))))
+    assert code == 0, err
+    ranks = stored_record(env)["boot"]["ranks"]
+    assert len(ranks) == 4
+    for rank in ranks:
+        assert [(a["capacity"], a["block_m"]) for a in rank["r7_arenas"]] == [(6, 8), (3072, 32)]
+        assert rank["route_pack_warmup"] == {"variants": 12, "free_delta_bytes": 8 * 2**20}
+        assert "r7_arena" in rank["found"]
