@@ -175,6 +175,20 @@ def old_driver(inv: Inventory) -> Inventory:
     )
 
 
+def cuda133(inv: Inventory) -> Inventory:
+    # The rig the Infernal Invocation profile describes: its image is CUDA 13.3 (blackwell-llm-docker@3dd078a
+    # README L229-233), so its profile asks a driver that reports CUDA 13.3 (hardware.min_cuda). The data
+    # names no driver branch for it, so the driver's own version is left unknown rather than made up.
+    return _edit(
+        inv,
+        "a driver that reports CUDA 13.3 (the Infernal Invocation cu133 image's rig); its version number is "
+        "not in the data, so driver_version and nvml_version are unknown",
+        driver_version=None,
+        cuda_driver_version="13.3",
+        nvml_version=None,
+    )
+
+
 def sys_topology(inv: Inventory) -> Inventory:
     node = {0: 0, 1: 0, 2: 1, 3: 1}
     gpus = tuple(
@@ -222,6 +236,7 @@ EDITS: dict[str, Callable[[Inventory], Inventory]] = {
     "rtxpro6000x4-cotenant-40g.json": cotenant_40g,
     "rtxpro6000x4-no-p2p.json": no_p2p,
     "rtxpro6000x4-old-driver.json": old_driver,
+    "rtxpro6000x4-cuda133.json": cuda133,
     "rtxpro6000x4-sys-topology.json": sys_topology,
     "rtxpro6000x4-small-bar1.json": small_bar1,
     "rtxpro6000x4-nvml-error.json": nvml_error,

@@ -17,7 +17,16 @@ from conftest import run_cli
 SHELLS = ("bash", "zsh", "fish", "pwsh")
 
 #: the shipped profiles, in the order completion offers them
-SHIPPED = ("exl3-tr3-3.25bpw", "exl3-tr3-3.36bpw", "exl3-tr3-3.42bpw", "gate", "r12-exl3", "turnkey")
+SHIPPED = (
+    "exl3-tr3-3.25bpw",
+    "exl3-tr3-3.36bpw",
+    "exl3-tr3-3.42bpw",
+    "gate",
+    "ii-r18-exl3-r7",
+    "r12-exl3",
+    "r34-exl3-r7",
+    "turnkey",
+)
 
 
 def _env_with_glmlaunch(env: dict[str, str]) -> dict[str, str]:

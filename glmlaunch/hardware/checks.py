@@ -342,7 +342,7 @@ def check_driver(config: DeploymentConfig, inv: Inventory) -> CheckResult:
     return _r(
         "driver",
         "OK",
-        f"driver {inv.driver_version}, CUDA {inv.cuda_driver_version} meet the minimum",
+        f"driver {inv.driver_version or '?'}, CUDA {inv.cuda_driver_version} meet the minimum",
         details,
     )
 
