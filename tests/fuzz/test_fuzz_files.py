@@ -38,7 +38,16 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 BOOT = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp3-v3-server.log"
-BUILTIN = ("exl3-tr3-3.25bpw", "exl3-tr3-3.36bpw", "exl3-tr3-3.42bpw", "gate", "r12-exl3", "turnkey")
+BUILTIN = (
+    "exl3-tr3-3.25bpw",
+    "exl3-tr3-3.36bpw",
+    "exl3-tr3-3.42bpw",
+    "gate",
+    "ii-r18-exl3-r7",
+    "r12-exl3",
+    "r34-exl3-r7",
+    "turnkey",
+)
 #: Raw terminal and line-structure characters that must never reach stdout or stderr unescaped.
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 #: What a file name can hold that a terminal or a YAML file must not obey.
