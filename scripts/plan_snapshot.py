@@ -98,6 +98,9 @@ def main() -> int:
                 target.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
                 print(f"recorded {target}", file=sys.stderr)
                 continue
+            if not target.exists():  # a profile added since the recording: nothing to compare with
+                print(f"{profile}: not recorded in {SNAPSHOTS}, skipped", file=sys.stderr)
+                continue
             recorded = json.loads(target.read_text())
             for d in diff(recorded, json.loads(json.dumps(current))):
                 failures += 1
