@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clirunner import CliResult as CliResult
+from clirunner import glmlaunch_exe as glmlaunch_exe
+from clirunner import run_cli as run_cli
+from clirunner import run_cli_process as run_cli_process
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -67,24 +69,18 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
     return _clean_env(tmp_path)
 
 
-def glmlaunch_exe() -> list[str]:
-    exe = shutil.which("glmlaunch", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "glmlaunch"]
-
-
-def run_cli(
-    *args: str, env: dict[str, str], input: str | None = None, cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*glmlaunch_exe(), *args],
-        env=env,
-        input=input,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-        check=False,
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cli-subprocess",
+        action="store_true",
+        help="run every run_cli call as a new glmlaunch process (what the in-process runner stands for)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from clirunner import use_subprocess
+
+    use_subprocess(bool(config.getoption("--cli-subprocess", default=False)))
 
 
 def assert_script_current(script: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import FIXTURES, REPO, glmlaunch_exe, run_cli
+from conftest import FIXTURES, REPO, glmlaunch_exe, run_cli, run_cli_process
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
 from glmlaunch.config.resolve import resolve_config
@@ -506,7 +506,8 @@ def test_a_missing_executable_is_exit_6_before_anything_starts(
     bad = Path(env["HOME"]) / "vllm"
     bad.write_text("not a program\n")
     bad.chmod(0o755)
-    done = run_cli(
+    # a real process: a supervised launch makes glmlaunch a subreaper before it spawns vLLM
+    done = run_cli_process(
         "serve", "-p", str(profiles["ok"]), "--supervise", env={**env, "GLMLAUNCH_VLLM_BIN": str(bad)}
     )
     assert done.returncode == 6, done.stderr

@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import FIXTURES, REPO, run_cli
+from conftest import FIXTURES, REPO, run_cli, run_cli_process
 
 from glmlaunch.vllmlog.boot import parse_log_text
 
@@ -139,7 +139,8 @@ def test_without_nvml_the_watch_is_a_note_and_vllm_runs(clean_env: dict[str, str
     profile = tmp_path / "boot.yaml"
     assert run_cli("profiles", "import", str(BOOT_LOG), "-o", str(profile), env=clean_env).returncode == 0
     env = dict(clean_env, FAKE_VLLM_LOG=str(BOOT_LOG), FAKE_VLLM_THEN="exit:0")
-    done = run_cli(
+    # a real process: the supervised launch (a subreaper, signals forwarded, vLLM in its own session)
+    done = run_cli_process(
         "serve",
         "-p",
         str(profile),
