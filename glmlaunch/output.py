@@ -550,10 +550,13 @@ _warned: set[str] = set()
 
 def begin_run() -> None:
     """A fresh CLI run (main() may run many times in one process, as in tests): no secrets registered,
-    not quiet, no warning said yet."""
+    not quiet, no warning said yet, and consoles made anew (rich reads the terminal, ``COLUMNS``,
+    ``NO_COLOR`` and ``FORCE_COLOR`` when a console is made: a console kept from an earlier run would lay
+    this run's output out for that run's stdout)."""
     reset_secrets()
     set_quiet(False)
     _warned.clear()
+    _CONSOLES.clear()
 
 
 def warn(message: str, *, repeat: bool = False) -> None:

@@ -268,3 +268,12 @@ def test_table_cells_are_escaped_and_never_markup(clean_env: dict[str, str], tmp
     res = run_cli("profiles", "list", env=env)
     assert res.returncode == 0, res.stderr
     assert "[/x] \\x1b]0;title\\x07 done" in res.stdout and "\x1b" not in res.stdout
+
+
+def test_each_run_lays_its_output_out_for_its_own_stdout(clean_env: dict[str, str]) -> None:
+    """rich reads FORCE_COLOR (like COLUMNS and NO_COLOR) when a console is made: a run after one that forced
+    colour prints plain text, as a new process would (main() may run many times in one process)."""
+    forced = run_cli("config", "-p", "turnkey", env=dict(clean_env, FORCE_COLOR="1", NO_COLOR=""))
+    assert forced.returncode == 0 and "\x1b[" in forced.stdout, forced.stderr
+    plain = run_cli("config", "-p", "turnkey", env=clean_env)
+    assert plain.returncode == 0 and "\x1b[" not in plain.stdout, plain.stdout[:300]

@@ -11,6 +11,7 @@ H200 figures (the ledger's built-in defaults) stay for every other GPU.
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -27,19 +28,31 @@ def applies(config: DeploymentConfig) -> bool:
     return RIG_GPU.lower() in config.hardware.gpu_model.lower()
 
 
-def _override() -> str | None:
+#: ``GLMLAUNCH_RIG_DEFAULTS`` and that file's identity (inode, size, modification time) when it names one.
+_Source = tuple[str | None, tuple[int, int, int] | None]
+
+
+def _override() -> _Source:
     from glmlaunch.config.settings import ToolSettings
 
     path = ToolSettings.from_environ().rig_defaults
-    return str(path) if path is not None else None
+    if path is None:
+        return None, None
+    # The parsed file is kept for the next run in this process only while it is the same file: a file
+    # rewritten in place is read again (the cache is keyed on what the file is, not only on its name).
+    try:
+        st = os.stat(path)
+    except OSError:
+        return str(path), None  # reading it reports why
+    return str(path), (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def load_document() -> dict[str, Any]:
-    return _load_document(_override())
+    return _load_document(*_override())
 
 
 @lru_cache(maxsize=4)
-def _load_document(path: str | None) -> dict[str, Any]:
+def _load_document(path: str | None, _stamp: tuple[int, int, int] | None = None) -> dict[str, Any]:
     if path is not None:
         from pathlib import Path
 
@@ -103,9 +116,9 @@ def rig_prior(config: DeploymentConfig) -> TermModel | None:
     """The rig's default term model when ``config`` describes the RTX PRO 6000 rig, else None."""
     if not applies(config):
         return None
-    return _rig_model(_override())
+    return _rig_model(*_override())
 
 
 @lru_cache(maxsize=4)
-def _rig_model(path: str | None) -> TermModel:
-    return model_from_document(_load_document(path))
+def _rig_model(path: str | None, stamp: tuple[int, int, int] | None = None) -> TermModel:
+    return model_from_document(_load_document(path, stamp))

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glmlaunch import __version__
+from glmlaunch import __version__, output
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError
 from glmlaunch.hardware.memory import MemorySource
-from glmlaunch.output import fit, note, out_console, out_json, warn
+from glmlaunch.output import fit, note, out_json, warn
 from glmlaunch.plan.plan import Plan
 from glmlaunch.watch.expect import expectation
 from glmlaunch.watch.ranks import RankGpu, map_ranks
@@ -339,15 +339,15 @@ def _print_explanation(x: Any) -> None:
     from rich.table import Table
 
     e = x.event
-    out_console.print(x.headline().split("; most likely")[0])
+    output.out_console.print(x.headline().split("; most likely")[0])
     if e.after_ready:
-        out_console.print(
+        output.out_console.print(
             f"  the plan: {format_size(x.margin_bytes)} free after startup; runtime demand "
             f"{format_size(x.plan_demand_bytes)}; at the OOM {format_size(x.realized_bytes)} of it was "
             f"allocated, so the demand is at least {format_size(x.floor_bytes)}"
         )
     for n in x.notes:
-        out_console.print(f"  note: {n}")
+        output.out_console.print(f"  note: {n}")
     m = x.match
     if m is not None:
         t = Table(title="most likely", title_justify="left", show_header=False)
@@ -360,7 +360,7 @@ def _print_explanation(x: Any) -> None:
         t.add_row("trigger", m.entry.condition)
         t.add_row("formula", m.entry.formula)
         t.add_row("matched", f"{m.how}: {m.reason}")
-        out_console.print(fit(t))
+        output.out_console.print(fit(t))
     if x.fixes:
         t = Table(title="would have kept it", title_justify="left")
         t.add_column("--set", no_wrap=True)
@@ -368,7 +368,7 @@ def _print_explanation(x: Any) -> None:
         t.add_column("runtime margin", justify="right", no_wrap=True)
         for f in x.fixes:
             t.add_row(f.setting, f.effect, format_size(f.runtime_margin_bytes))
-        out_console.print(fit(t))
+        output.out_console.print(fit(t))
     else:
-        out_console.print("  no pool pin, GMU or batched-token count keeps it by the plan's figures")
+        output.out_console.print("  no pool pin, GMU or batched-token count keeps it by the plan's figures")
     sys.stdout.flush()

@@ -205,6 +205,23 @@ def validate(text: str, name: str) -> dict[str, Any]:
     return doc
 
 
+def test_a_rig_defaults_file_rewritten_in_place_is_read_again(
+    clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two runs in one process (as the tests run them) each price the file GLMLAUNCH_RIG_DEFAULTS names as
+    it is then, not as an earlier run found it."""
+    rig = json.loads((REPO / "glmlaunch" / "calibrate" / "rig_defaults.json").read_text())
+    path = tmp_path / "rig-defaults.json"
+    env = dict(clean_env, GLMLAUNCH_RIG_DEFAULTS=str(path))
+    said = []
+    for description in ("first rig defaults", "the rig defaults rewritten"):
+        path.write_text(json.dumps({**rig, "description": description}))
+        done = run_cli("plan", "-p", "turnkey", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        said.append(json.loads(done.stdout)["calibration"])
+    assert "(first rig defaults)" in said[0] and "(the rig defaults rewritten)" in said[1], said
+
+
 def test_calibrate_json_documents_follow_their_schemas_with_an_empty_store(clean_env: dict[str, str]) -> None:
     listed = run_cli("calibrate", "list", "--json", env=clean_env)
     assert listed.returncode == 0, listed.stderr
