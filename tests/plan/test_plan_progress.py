@@ -10,7 +10,7 @@ import json
 import pytest
 
 from glmlaunch.ledger.b12x_bridge import IMPORT_MESSAGE
-from tests.conftest import run_cli
+from tests.conftest import run_cli_process
 from tests.plan.ptyrun import run_on_tty
 
 pytestmark = pytest.mark.b12x
@@ -37,7 +37,8 @@ def test_terminal_stderr_shows_a_spinner_while_b12x_imports(clean_env: dict[str,
 
 
 def test_piped_stderr_gets_no_spinner(clean_env: dict[str, str]) -> None:
-    out = run_cli("plan", "-p", "turnkey", "--library", "b12x", "--json", env=clean_env, timeout=120)
+    # a new process: it imports b12x while the spinner would run (in this process it may be imported already)
+    out = run_cli_process("plan", "-p", "turnkey", "--library", "b12x", "--json", env=clean_env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert IMPORT_MESSAGE not in out.stderr and "\r" not in out.stderr
     assert "library: b12x" in out.stderr  # the run still says which library it used
