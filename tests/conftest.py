@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,15 +85,20 @@ def pytest_configure(config: pytest.Config) -> None:
     use_subprocess(bool(config.getoption("--cli-subprocess", default=False)))
 
 
-def assert_script_current(script: str) -> None:
-    """A generated file is what its script derives: ``scripts/SCRIPT --check`` exits 0."""
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), "--check"],
+@functools.cache
+def script_check(script: str) -> subprocess.CompletedProcess[str]:
+    """``python scripts/SCRIPT --check`` from the repository root, run once per session: the test of the file
+    it generates and the test of its documented usage both assert on this run (a derivation takes seconds)."""
+    return subprocess.run(
+        [sys.executable, f"scripts/{script}", "--check"],
         capture_output=True,
         text=True,
         cwd=REPO,
         check=False,
     )
+
+
+def assert_script_current(script: str) -> None:
+    """A generated file is what its script derives: ``scripts/SCRIPT --check`` exits 0."""
+    done = script_check(script)
     assert done.returncode == 0, done.stderr

@@ -2,7 +2,8 @@
 
 tests/test_examples.py runs the examples in README.md and the shell/container files under scripts/; the
 Python scripts document theirs in the module docstring: every docstring line that runs a script with
-`--check` is run here, exactly as written (with this interpreter for `python`), from the repository root.
+`--check` is run here, exactly as written (with this interpreter for `python`), from the repository root
+(once per session: conftest.script_check, which the tests of the generated files share).
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, script_check
 
 USAGE = re.compile(r"^\s*(?:\.venv/bin/)?python3?\s+(scripts/\S+\.py)\s+(--check)\b")
 
@@ -39,6 +39,8 @@ def test_the_scripts_document_a_check() -> None:
 
 
 @pytest.mark.parametrize(("line", "argv"), CHECKS, ids=[line for line, _ in CHECKS])
-def test_documented_check_passes(line: str, argv: list[str], clean_env: dict[str, str]) -> None:
-    res = subprocess.run(argv, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=300)
+def test_documented_check_passes(line: str, argv: list[str]) -> None:
+    script = argv[1].removeprefix("scripts/")
+    assert argv == [sys.executable, f"scripts/{script}", "--check"], line  # the command script_check runs
+    res = script_check(script)
     assert res.returncode == 0, (line, res.stdout[-2000:], res.stderr[-2000:])
