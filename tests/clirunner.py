@@ -11,11 +11,13 @@ every failure into one), and an exception escaping it is what the interpreter wo
 on stderr and exit 1. Everything the call changed in this process is put back afterwards: the
 environment, the working directory, signal handlers, the warning filters, the garbage collector's
 thresholds, the root logger, glmlaunch's per-run output state and stand-in modules the run put into
-``sys.modules``.
+``sys.modules``. What an interpreter reads once as it starts is this process's, whatever ``env`` says:
+``PYTHON*`` variables, the locale of the standard streams, the imports a fresh start makes.
 
 A new interpreter costs ~0.3-0.5 s per call on the 2-core CI machine (bench/RESULTS.md, "Start-up"); the
 suite makes several hundred calls. :func:`run_cli_process` is the real process, for the tests that need
-one: exec, signals, shells, terminals, PID namespaces, inherited stdin, what a fresh interpreter imports.
+one: exec, signals, shells, terminals, PID namespaces, a subreaper (``serve --supervise``), inherited
+stdin, what a fresh interpreter imports or does on its first use of a library.
 ``pytest --cli-subprocess`` sends every :func:`run_cli` call there too (the check that in-process and real
 runs agree).
 
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 _subprocess_only = False
 
@@ -51,6 +53,11 @@ def use_subprocess(on: bool) -> None:
     """``--cli-subprocess``: every :func:`run_cli` call as a new process."""
     global _subprocess_only
     _subprocess_only = on
+
+
+def in_process() -> bool:
+    """Whether :func:`run_cli` runs in this process (not under ``--cli-subprocess``)."""
+    return not _subprocess_only
 
 
 @dataclass(frozen=True)
@@ -195,23 +202,31 @@ def _working_dir(cwd: Path | None) -> Iterator[None]:
         os.chdir(before)
 
 
-_FRESH_FILTERS: list[Any] = [
-    ("default", None, DeprecationWarning, "__main__", 0),
-    ("ignore", None, DeprecationWarning, None, 0),
-    ("ignore", None, PendingDeprecationWarning, None, 0),
-    ("ignore", None, ImportWarning, None, 0),
-    ("ignore", None, ResourceWarning, None, 0),
-]
+#: A new interpreter's warning filters (no -W, no PYTHONWARNINGS), the first one first.
+_FRESH_FILTERS: tuple[tuple[Any, type[Warning], str], ...] = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+)
 
 
 def _fresh_warnings() -> None:
-    # A new interpreter's filters (python -W/PYTHONWARNINGS aside), and a warning printed on stderr as it
-    # would be: not collected by pytest's recorder, which a real process never reaches.
-    warnings.filters[:] = _FRESH_FILTERS
-    warnings._filters_mutated()  # type: ignore[attr-defined]
+    # The filters a real process starts with, and a warning printed on stderr as it would be: not
+    # collected by pytest's recorder, which a real process never reaches.
+    warnings.resetwarnings()
+    for action, category, module in reversed(_FRESH_FILTERS):
+        warnings.filterwarnings(action, category=category, module=module)
 
-    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
-        line = rest[1] if len(rest) > 1 else None  # (file, line): file is stderr
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
     warnings.showwarning = show
