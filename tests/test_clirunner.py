@@ -66,7 +66,8 @@ def test_a_command_that_would_exec_needs_a_real_process(tmp_path: Path, clean_en
     vllm = tmp_path / "vllm"
     vllm.write_text("#!/bin/sh\necho 'vllm ran'\n")
     vllm.chmod(0o755)
-    args = ("serve", "-p", "turnkey", "--skip-preflight", "--vllm-bin", str(vllm))
+    # no LMCache: a managed server would make the launch supervised (exec is what this is about)
+    args = ("serve", "-p", "turnkey", "--set", "lmcache=false", "--skip-preflight", "--vllm-bin", str(vllm))
     inventory = str(FIXTURES / "inventories" / "rtxpro6000x4.json")
     with pytest.raises(NeedsProcess, match=r"os\.execvpe"):
         run_cli(*args, "--inventory", inventory, env=clean_env)
