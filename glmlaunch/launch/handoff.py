@@ -9,15 +9,14 @@ the values themselves reach vLLM unchanged.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, NoReturn
 
 from glmlaunch.config.environment import LaunchEnvironment
-from glmlaunch.config.registry import GLMLAUNCH_VLLM_BIN, PATH
+from glmlaunch.config.executables import Executable, locate_executable
+from glmlaunch.config.registry import GLMLAUNCH_VLLM_BIN
 from glmlaunch.errors import LaunchError
 from glmlaunch.output import MASK, is_secret_name, mask_secrets, note, shell_join
 from glmlaunch.output import mask_argv as mask_argv
@@ -95,39 +94,14 @@ def env_changes(launch_env: LaunchEnvironment, inherited: Mapping[str, str]) -> 
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class VllmBinary:
-    requested: str
-    source: str
-    path: str | None
-    problem: str | None = None
-
-
-def locate_vllm(cli_value: str | None, environ: Mapping[str, str]) -> VllmBinary:
+def locate_vllm(cli_value: str | None, environ: Mapping[str, str]) -> Executable:
     """``--vllm-bin``, else ``$GLMLAUNCH_VLLM_BIN``, else ``vllm`` on the PATH of ``environ``."""
-    if cli_value:
-        requested, source = cli_value, "--vllm-bin"
-    elif environ.get(GLMLAUNCH_VLLM_BIN, "").strip():
-        requested, source = environ[GLMLAUNCH_VLLM_BIN].strip(), GLMLAUNCH_VLLM_BIN
-    else:
-        requested, source = DEFAULT_VLLM, "PATH"
-    if os.sep in requested:
-        path = Path(requested).expanduser()
-        if not path.exists():
-            return VllmBinary(requested, source, None, f"{path} does not exist")
-        if path.is_dir():
-            return VllmBinary(requested, source, None, f"{path} is a directory")
-        if not os.access(path, os.X_OK):
-            return VllmBinary(requested, source, None, f"{path} is not executable (chmod +x it)")
-        return VllmBinary(requested, source, str(path.absolute()))
-    search = environ.get(PATH, os.defpath)
-    found = shutil.which(requested, path=search)
-    if found is None:
-        return VllmBinary(requested, source, None, f"no executable {requested!r} on PATH ({search})")
-    return VllmBinary(requested, source, found)
+    return locate_executable(
+        cli_value, flag="--vllm-bin", env_name=GLMLAUNCH_VLLM_BIN, default=DEFAULT_VLLM, environ=environ
+    )
 
 
-def require_vllm(binary: VllmBinary) -> str:
+def require_vllm(binary: Executable) -> str:
     if binary.path is None:
         raise LaunchError(
             f"cannot start vLLM: {binary.problem}",

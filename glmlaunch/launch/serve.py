@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, cast
 
 from glmlaunch.config.environment import LaunchEnvironment, compose
+from glmlaunch.config.executables import Executable
 from glmlaunch.config.registry import (
     GLMLAUNCH_SKIP_PREFLIGHT,
     GLMLAUNCH_STRICT,
@@ -53,7 +54,6 @@ from glmlaunch.hardware.inventory import Inventory
 from glmlaunch.launch.handoff import (
     EnvChange,
     LaunchSpec,
-    VllmBinary,
     env_changes,
     exec_vllm,
     locate_vllm,
@@ -273,7 +273,7 @@ class Backend:
 @dataclass(frozen=True)
 class Resolution:
     resolved: Resolved
-    vllm: VllmBinary
+    vllm: Executable
     #: the configuration's warnings, one line each
     warnings: tuple[str, ...]
 
@@ -706,7 +706,7 @@ class ServePlan:
 
     profile: str
     spec: LaunchSpec
-    vllm: VllmBinary
+    vllm: Executable
     extra_args: tuple[str, ...]
     #: the stages a dry run shows, in order
     stages: tuple[StageRecord[Any], ...]

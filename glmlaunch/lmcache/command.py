@@ -20,16 +20,15 @@ uses its own cache directory: the server's log goes into the boot directory besi
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from glmlaunch.config.executables import Executable, locate_executable
 from glmlaunch.config.lmcache_endpoint import Endpoint, endpoint
-from glmlaunch.config.registry import GLMLAUNCH_LMCACHE_BIN, PATH
+from glmlaunch.config.registry import GLMLAUNCH_LMCACHE_BIN
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB
 from glmlaunch.errors import LaunchError
@@ -52,39 +51,18 @@ LOG_NAME = "lmcache.log"
 Mode = Literal["ram", "disk"]
 
 
-@dataclass(frozen=True)
-class LmcacheBinary:
-    requested: str
-    source: str
-    path: str | None
-    problem: str | None = None
+def locate_lmcache(cli_value: str | None, environ: Mapping[str, str]) -> Executable:
+    """``--lmcache-bin``, else ``$GLMLAUNCH_LMCACHE_BIN``, else ``lmcache`` on the PATH of ``environ``."""
+    return locate_executable(
+        cli_value,
+        flag="--lmcache-bin",
+        env_name=GLMLAUNCH_LMCACHE_BIN,
+        default=DEFAULT_LMCACHE,
+        environ=environ,
+    )
 
 
-def locate_lmcache(cli_value: str | None, environ: Mapping[str, str]) -> LmcacheBinary:
-    """``--lmcache-bin``, else ``$GLMLAUNCH_LMCACHE_BIN``, else ``lmcache`` on PATH (as ``--vllm-bin``)."""
-    if cli_value:
-        requested, source = cli_value, "--lmcache-bin"
-    elif environ.get(GLMLAUNCH_LMCACHE_BIN, "").strip():
-        requested, source = environ[GLMLAUNCH_LMCACHE_BIN].strip(), GLMLAUNCH_LMCACHE_BIN
-    else:
-        requested, source = DEFAULT_LMCACHE, "PATH"
-    if os.sep in requested:
-        path = Path(requested).expanduser()
-        if not path.exists():
-            return LmcacheBinary(requested, source, None, f"{path} does not exist")
-        if path.is_dir():
-            return LmcacheBinary(requested, source, None, f"{path} is a directory")
-        if not os.access(path, os.X_OK):
-            return LmcacheBinary(requested, source, None, f"{path} is not executable (chmod +x it)")
-        return LmcacheBinary(requested, source, str(path.absolute()))
-    search = environ.get(PATH, os.defpath)
-    found = shutil.which(requested, path=search)
-    if found is None:
-        return LmcacheBinary(requested, source, None, f"no executable {requested!r} on PATH ({search})")
-    return LmcacheBinary(requested, source, found)
-
-
-def require_lmcache(binary: LmcacheBinary) -> str:
+def require_lmcache(binary: Executable) -> str:
     if binary.path is None:
         raise LaunchError(
             f"cannot start the LMCache server: {binary.problem}",

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from glmlaunch.calibrate.store import cache_dir
+from glmlaunch.config.executables import Executable
 from glmlaunch.config.lmcache_endpoint import Endpoint, endpoint
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.settings import ToolSettings
 from glmlaunch.errors import LmcacheError
 from glmlaunch.lmcache.command import (
     DEFAULT_START_TIMEOUT_S,
-    LmcacheBinary,
     ServerCommand,
     derive,
     host_memory_bytes,
@@ -38,7 +38,7 @@ class LmcachePlan:
 
     server: Literal["managed", "external"]
     endpoint: Endpoint
-    binary: LmcacheBinary | None = None
+    binary: Executable | None = None
     command: ServerCommand | None = None
 
     @property
