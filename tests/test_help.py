@@ -152,8 +152,8 @@ def _needs_the_gpus(line: str) -> bool:
     """Examples that run on the target rig: they probe NVML (exit 8 where there is none)."""
     words = _glmlaunch_words(line)
     command = next((w for w in words if not w.startswith("-")), "")
-    if command == "serve":  # --dry-run too: it reports what the real launch would do on these GPUs
-        return True
+    if command == "serve":  # a dry run notes a missing GPU (exit 0) and says what the launch would do
+        return "--dry-run" not in words
     offline = "--inventory" in words or "cpu" in words or "--replay" in words
     return command in {"hw", "check", "preflight", "watch"} and not offline
 

@@ -453,8 +453,10 @@ def check_stage(prior: Prior) -> StageRecord[Checked]:
     try:
         inv = get_inventory(prior.options.inventory, environ=prior.get(Environment).launch.full)
     except NoGpuError as exc:
+        # A note for a dry run (issue 27: a planning machine has no GPU, like no vLLM): the record keeps
+        # the launch's exit 8; a real launch raises it all the same.
         return StageRecord(
-            "check", "error", Checked(None, None, None), "no GPU to check here", exc, ran=False, progress=None
+            "check", "note", Checked(None, None, None), "no GPU to check here", exc, ran=False, progress=None
         )
     plan = prior.get(Plan).on_memory(group_memory(config, inv))
     report = check_report(plan, inv, purpose="serve", profile=resolution.resolved.profile_name)
@@ -549,14 +551,26 @@ def preflight_stage(prior: Prior) -> StageRecord[Preflighted]:
     if forecast is not None:
         parts.append(f"a real launch runs it and stops: {forecast.message}")
     detail = "; ".join(parts)
+    # no GPU at all is a note for a dry run, as in the check stage; a GPU count short of the plan is not
+    stops_dry_run = forecast is not None and not isinstance(forecast, NoGpuError)
     if weights.error is None:
         if forecast is None:
             return StageRecord("preflight", "note", nothing, detail, ran=False)
-        return StageRecord("preflight", "error", nothing, detail, forecast, ran=False)
+        return StageRecord(
+            "preflight", "error" if stops_dry_run else "note", nothing, detail, forecast, ran=False
+        )
     # Missing weights are what a dry run is for (issue 27: a note, like a missing vLLM): the record carries
     # the launch's error, so would_start and exit_code say what the real launch would do (it checks the
     # weights before it starts the preflight); the dry run stops only for what it cannot forecast past.
-    return StageRecord("preflight", "note", nothing, detail, weights.error, ran=False, dry_error=forecast)
+    return StageRecord(
+        "preflight",
+        "note",
+        nothing,
+        detail,
+        weights.error,
+        ran=False,
+        dry_error=forecast if stops_dry_run else None,
+    )
 
 
 def preflight_on_gpus(
