@@ -154,7 +154,7 @@ def compute_budget(
     deciding = demand.deciding(margin)
     blocks_rec, context_rec = _recommend_blocks(config, per_token, margin + kv, runtime_peak + min_rt)
     keep = max(runtime_peak + min_rt, config.memory.min_margin)
-    gmu_rec = _recommend_gmu(f0, t.x, total, keep)
+    gmu_rec = _recommend_gmu(f0, t.x, total, keep, budgeted_rest, kv_cache.KV_BLOCK * per_token)
     # the KV size that leaves both the minimum margin and the runtime demand (floored to 1 MiB)
     recommended = (f0 - budgeted_rest - t.x - keep) // MIB * MIB
     from glmlaunch.ledger.weights import decide_for
@@ -291,9 +291,15 @@ def _recommend_blocks(
     return int(blocks), int(blocks) * kv_cache.KV_BLOCK * dcp
 
 
-def _recommend_gmu(f0: int, x: int, total: int, needed_after: int) -> float | None:
-    """The highest GMU (3 decimals) whose natural pool leaves ``needed_after`` bytes: F0 - ceil(GMU*T) - X."""
+def _recommend_gmu(
+    f0: int, x: int, total: int, needed_after: int, fixed: int, least_pool: int
+) -> float | None:
+    """The highest GMU (3 decimals) whose natural pool leaves ``needed_after`` bytes: F0 - ceil(GMU*T) - X;
+    None unless that pool, ``ceil(GMU*T) - fixed`` (W + P + N + G_e), holds one block (``least_pool``): a
+    GMU whose pool is empty is a refusal, not advice."""
     gmu = math.floor((f0 - x - needed_after) / total * 1000) / 1000
     while gmu > 0 and f0 - gate_bytes(gmu, total) - x < needed_after:
         gmu = round(gmu - 0.001, 3)
-    return gmu if gmu > 0 else None
+    if gmu <= 0 or gate_bytes(gmu, total) - fixed < max(least_pool, 1):
+        return None
+    return gmu

@@ -22,6 +22,7 @@ from glmlaunch.ledger.constants import for_stack
 from glmlaunch.ledger.model import LIFETIMES, Entry, LoadPeak, RankLedger, RuntimeDemand
 from glmlaunch.output import fit, mask_secrets, note, out_console, out_json
 from glmlaunch.plan import memmap
+from glmlaunch.plan.advice import obstacle
 from glmlaunch.plan.planner import ProfilePlan, entry_doc, find_entry, generation_line, plan_document
 
 if TYPE_CHECKING:
@@ -262,6 +263,19 @@ def svg_verdict(result: ProfilePlan) -> memmap.SvgVerdict:
     return memmap.SvgVerdict(v.status, headline, details, findings)
 
 
+def advice_lines(result: ProfilePlan) -> list[str]:
+    """The recommendations, or, when no pool keeps the plan, the obstacle (never a pool of 0 bytes)."""
+    b = result.budget
+    blocked = obstacle(b)
+    if blocked is not None:
+        return [blocked]
+    return [
+        f"recommended --kv-cache-memory-bytes={b.recommended_kv_cache_memory_bytes} "
+        f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin and the runtime demand",
+        f"recommended for the runtime margin: {result.verdict.recommendation()}",
+    ]
+
+
 def verdict_text(result: ProfilePlan) -> Text:
     # Rendered from the one verdict object (glmlaunch.ledger.verdict), as check, serve and search do.
     v = result.verdict
@@ -270,12 +284,7 @@ def verdict_text(result: ProfilePlan) -> Text:
     text.append(v.status, style=_VERDICT_STYLE[v.status])
     if v.blockers:
         text.append(f"  {v.blocked_text()}\n", style=_VERDICT_STYLE[v.status])
-    text.append(
-        f"  {v.facts()}\n{v.confidence_line()}\n"
-        f"recommended --kv-cache-memory-bytes={b.recommended_kv_cache_memory_bytes} "
-        f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin and the runtime demand\n"
-        f"recommended for the runtime margin: {v.recommendation()}"
-    )
+    text.append(f"  {v.facts()}\n{v.confidence_line()}\n" + "\n".join(advice_lines(result)))
     for caution in b.cautions:
         text.append(f"\n  ! {caution}", style="yellow")
     return text
