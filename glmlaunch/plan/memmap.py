@@ -9,6 +9,11 @@ The map adds up to the verdict's budget, not to the ledger's item sum: the budge
 peaks (measured or calibrated), smaller or larger than the itemized entries, so the "activations +
 graphs" segment is what the budget holds besides the itemized runtime, pools and workspace, and the
 margin segment is the verdict's margin. A negative margin is drawn as an overrun past the device's end.
+
+The SVG is always ``WIDTH`` px wide: each bar is scaled to the larger of its capacity and what it holds,
+so a plan that overruns the device by twice its size still draws in the same picture (the device's end
+then falls inside the bar, the overrun hatched after it). Under the zoom bar a strip shows the runtime
+demand D after the margin's start, and the runtime margin (margin - D) is written under the bars.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ STATUS_COLOURS = {
     "refused": "#c62828",
 }
 _OVERRUN = "#b00020"
+#: the SVG's width in px, whatever the plan: the bars scale to the device or to what overruns it
+WIDTH = 1000.0
 
 
 def _category(e: Entry) -> str:
@@ -213,28 +220,43 @@ class SvgVerdict:
 
 
 def _svg_bar(
-    segs: tuple[Segment, ...], x: float, y: float, w: float, h: float, *, capacity: int, name: str
-) -> tuple[list[str], set[str], float]:
-    """One bar whose width ``w`` stands for ``capacity`` bytes.
+    segs: tuple[Segment, ...],
+    x: float,
+    y: float,
+    w: float,
+    h: float,
+    *,
+    capacity: int,
+    name: str,
+    demand: int = 0,
+    room_name: str = "the device's end",
+) -> tuple[list[str], set[str], list[str]]:
+    """One bar of width ``w``: the device (``capacity`` bytes) and, past its end, what overruns it.
 
-    Returns the SVG lines, the keys of the segments whose numbers are on the bar (the others go to the
-    group's legend line), and the bar's right end (past ``x + w`` when the segments overrun the
-    capacity: a negative margin).
+    The scale is the larger of the capacity and what the segments (and the runtime ``demand`` drawn
+    after them, when given) add up to, so the bar never leaves its ``w`` however far a plan overruns
+    the device (a configuration whose weights alone are twice the GPU). Returns the SVG lines, the keys
+    of the segments whose numbers are on the bar (the others go to the group's legend line), and the
+    notes to print under the bar (the overrun, the runtime demand).
     """
     # imported here: xml.sax.saxutils pulls in urllib.request, http.client and ssl (~7 ms of every
     # `plan`, which draws the SVG only with --svg)
     from glmlaunch.files import xml_text as escape
 
-    scale = w / max(capacity, 1)
-    out: list[str] = []
-    labelled: set[str] = set()
-    filled = 0
     drawn = [s for s in segs if s.key != "margin" and s.nbytes > 0]
-    margin = capacity - sum(s.nbytes for s in drawn)
+    filled = sum(s.nbytes for s in drawn)
+    room = max(capacity, 0)
+    extent = max(room, filled, filled + max(demand, 0), 1)
+    scale = w / extent
+    out: list[str] = []
+    notes: list[str] = []
+    labelled: set[str] = set()
+    margin = room - filled
     if margin > 0:
         drawn += [replace(s, nbytes=margin) for s in segs if s.key == "margin"]
+    at = 0
     for s in drawn:
-        sx = x + scale * filled
+        sx = x + scale * at
         sw = max(scale * s.nbytes, 1.0)  # visible, however small
         size = format_size(s.nbytes)
         tip = f"{s.label}: {size} ({s.nbytes:,} B)"
@@ -250,52 +272,88 @@ def _svg_bar(
                 f'  <text class="bar-label" x="{sx + sw / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="11" '
                 f'text-anchor="middle" fill="{_ink(s.color)}">{escape(label)}</text>'
             )
-        filled += s.nbytes
+        at += s.nbytes
+    end = x + scale * room
     out.append(
-        f'  <rect class="device" data-bar="{name}" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
-        'fill="none" stroke="#333"/>'
+        f'  <rect class="device" data-bar="{name}" x="{x:.1f}" y="{y:.1f}" width="{scale * room:.1f}" '
+        f'height="{h:.1f}" fill="none" stroke="#333"/>'
     )
-    end = x + w
-    if filled > capacity:
-        over = filled - capacity
+    if filled > room:
+        over = filled - room
         ow = max(scale * over, 2.0)
         out.append(
             f'  <rect class="overrun" data-bar="{name}" x="{end:.1f}" y="{y - 3:.1f}" width="{ow:.1f}" '
-            f'height="{h + 6:.1f}" fill="url(#overrun)" stroke="{_OVERRUN}" stroke-width="2">'
-            f"<title>{escape(f'overrun: {format_size(over)} ({over:,} B) more than the device holds')}"
+            f'height="{h + 6:.1f}" fill="url(#overrun)" fill-opacity="0.75" stroke="{_OVERRUN}" '
+            f'stroke-width="2"><title>'
+            f"{escape(f'overrun: {format_size(over)} ({over:,} B) more than the device holds')}"
             "</title></rect>"
         )
-        note = f"overrun {format_size(over)}"
+        notes.append(f"overrun {format_size(over)} past {room_name} ({format_size(room)})")
+    if demand > 0:
+        # the runtime demand, after startup, out of what the margin leaves (past the end: it runs out)
+        dx, dw = x + scale * filled, max(scale * demand, 1.0)
         out.append(
-            f'  <text class="overrun-label" x="{end + ow + 6:.1f}" y="{y + h / 2 + 4:.1f}" font-size="11" '
-            f'fill="{_OVERRUN}" font-weight="bold">{escape(note)}</text>'
+            f'  <rect class="runtime-demand" data-bar="{name}" x="{dx:.1f}" y="{y + h + 2:.1f}" '
+            f'width="{dw:.1f}" height="6" fill="#263238"><title>'
+            f"{escape(f'runtime demand: {format_size(demand)} ({demand:,} B) after startup')}</title></rect>"
         )
-        end += ow + 6 + _text_px(note, 11)
-    return out, labelled, end
+        if filled + demand > room:
+            cut = max(end, dx)
+            out.append(
+                f'  <rect class="runtime-overrun" data-bar="{name}" x="{cut:.1f}" y="{y + h + 1:.1f}" '
+                f'width="{max(dx + dw - cut, 2.0):.1f}" height="8" fill="{_OVERRUN}"/>'
+            )
+    return out, labelled, notes
 
 
 def _wrap(text: str, px: float, size: float, indent: str = "") -> list[str]:
     return textwrap.wrap(text, max(int(px / (size * _CHAR_EM)), 20), subsequent_indent=indent) or [""]
 
 
+def runtime_line(budget: Budget) -> str:
+    """The runtime margin, the figure a runtime-oom verdict turns on: margin - D, against its minimum."""
+    line = (
+        f"runtime margin {format_size(budget.runtime_margin)} (minimum "
+        f"{format_size(budget.min_runtime_margin)}) = margin {format_size(budget.margin)} - runtime demand "
+        f"D {format_size(budget.runtime_demand)} ({budget.runtime_phase})"
+    )
+    if budget.runtime_deciding:
+        line += f"; deciding: {budget.runtime_deciding}"
+    return line
+
+
 def svg(
-    ranks: tuple[RankLedger, ...], budget: Budget, *, title: str, verdict: SvgVerdict | None = None
+    ranks: tuple[RankLedger, ...],
+    budget: Budget,
+    *,
+    title: str,
+    verdict: SvgVerdict | None = None,
+    subtitle: str | None = None,
 ) -> str:
     """One SVG document: the verdict, then per group of identical ranks a whole-GPU bar and a zoom bar
-    with the bytes on them, then the legend."""
+    with the bytes on them, then the legend. ``title: rest`` is split at its first ": " unless
+    ``subtitle`` is given. The picture is always WIDTH px wide: the bars scale to what they hold."""
     from xml.sax.saxutils import quoteattr
 
     from glmlaunch.files import xml_text as escape  # see _svg_bar
 
     x0, bar_w, bar_h = 170.0, 780.0, 24.0
-    base_w = 1000.0
+    width = WIDTH
     verdict = verdict or SvgVerdict(budget.verdict, f"verdict: {budget.verdict}")
     groups = rank_groups(ranks)
-    # Bars first (their overruns decide the picture's width), then the header above them.
     body: list[str] = []
     y = 0.0
-    right = x0 + bar_w
     legend_segs: tuple[Segment, ...] = ()
+
+    def small(text: str, cls: str, fill: str = "#444") -> None:
+        nonlocal y
+        for line in _wrap(text, bar_w, 11):
+            body.append(
+                f'  <text class="{cls}" x="{x0:.1f}" y="{y + 8:.1f}" font-size="11" '
+                f'fill="{fill}">{escape(line)}</text>'
+            )
+            y += 14
+
     for head, members in groups:
         segs = segments(head, budget)
         legend_segs = legend_segs or segs
@@ -305,31 +363,39 @@ def svg(
         body.append(
             f'  <text class="group" x="20" y="{y + 17:.1f}" font-weight="bold">{escape(label)}</text>'
         )
-        whole, on1, end1 = _svg_bar(segs, x0, y + 2, bar_w, bar_h, capacity=budget.total, name="whole")
+        whole, on1, notes1 = _svg_bar(segs, x0, y + 2, bar_w, bar_h, capacity=budget.total, name="whole")
         body += whole
         body.append(f'  <text x="20" y="{y + 46:.1f}" fill="#666">zoom, no weights</text>')
-        zoomed, on2, end2 = _svg_bar(zoom, x0, y + 32, bar_w, bar_h, capacity=zoom_cap, name="zoom")
+        zoomed, on2, notes2 = _svg_bar(
+            zoom,
+            x0,
+            y + 32,
+            bar_w,
+            bar_h,
+            capacity=zoom_cap,
+            name="zoom",
+            demand=budget.runtime_demand,
+            room_name="what the weights leave",
+        )
         body += zoomed
-        right = max(right, end1, end2)
+        y += 2 * bar_h + 24
+        for text in (*notes1, *notes2):
+            small(text, "overrun-label", _OVERRUN)
+        fill = _OVERRUN if budget.runtime_margin < budget.min_runtime_margin else "#263238"
+        small(runtime_line(budget), "runtime-margin", fill)
         # a negative margin is on the bars already, as the overrun
         missing = [s for s in segs if s.nbytes > 0 and s.key not in on1 | on2]
-        y += 2 * bar_h + 14
         if missing:
-            text = "not on the bars: " + "; ".join(f"{s.label} {format_size(s.nbytes)}" for s in missing)
-            for line in _wrap(text, bar_w, 11):
-                body.append(
-                    f'  <text class="bar-legend" x="{x0:.1f}" y="{y + 8:.1f}" font-size="11" '
-                    f'fill="#444">{escape(line)}</text>'
-                )
-                y += 14
+            named = "; ".join(f"{s.label} {format_size(s.nbytes)}" for s in missing)
+            small(f"not on the bars: {named}", "bar-legend")
         y += 18
-    width = max(base_w, right + 20)
 
     head_lines: list[str] = []
     hy = 30.0
-    first, _, rest = title.partition(": ")
+    first, _, rest = title.partition(": ") if subtitle is None else (title, "", subtitle)
     # bold text runs about 10 % wider than _CHAR_EM: wrap it as if it were a size larger
-    for i, line in enumerate(_wrap(first + (":" if rest else ""), width - 40, 18, "    ")):
+    colon = ":" if rest and subtitle is None else ""
+    for i, line in enumerate(_wrap(first + colon, width - 40, 18, "    ")):
         style = ' font-size="16" font-weight="bold"' if i == 0 else ' font-size="14" font-weight="bold"'
         head_lines.append(f'  <text class="title" x="20" y="{hy:.1f}"{style}>{escape(line)}</text>')
         hy += 20
@@ -399,5 +465,6 @@ def write_svg(
     *,
     title: str,
     verdict: SvgVerdict | None = None,
+    subtitle: str | None = None,
 ) -> None:
-    write_text(path, svg(ranks, budget, title=title, verdict=verdict), key="--svg")
+    write_text(path, svg(ranks, budget, title=title, verdict=verdict, subtitle=subtitle), key="--svg")

@@ -247,17 +247,20 @@ def svg_verdict(result: ProfilePlan) -> memmap.SvgVerdict:
     """The verdict as the SVG map shows it: status and margin as the headline, the rest in small print."""
     v = result.verdict
     b = result.budget
-    headline = f"verdict: {v.status} — margin {_size(b.margin)} (minimum {_size(b.min_margin)})"
+    # both margins on the headline: a runtime-oom is decided by the second (their minimums below)
+    headline = f"verdict: {v.status} — margin {_size(b.margin)}, runtime margin {_size(b.runtime_margin)}"
     if b.request_fits:
         fit = "fits"
     else:
         fit = "does not fit" if b.request_fit_confirmed else "may not fit (unconfirmed)"
     details = (
+        f"margin {_size(b.margin)} (minimum {_size(b.min_margin)}); {memmap.runtime_line(b)}",
         f"T = {_size(b.total)} per GPU; KV {_size(b.kv)} holds {b.kv_tokens:,} tokens "
         f"({b.kv_bytes_per_token:,} B/token/rank, {b.kv_bytes_per_token_origin}); one "
         f"{result.config.scheduler.max_model_len:,}-token request needs {_size(b.request_bytes)} per rank: "
         f"{fit}",
         v.confidence_line(),
+        *advice_lines(result),
     )
     findings = tuple(("blocker", x.message) for x in v.blockers) + tuple(("caution", c) for c in b.cautions)
     return memmap.SvgVerdict(v.status, headline, details, findings)
@@ -311,17 +314,22 @@ def render_plan(
 ) -> None:
     ledger, budget = result.ledger, result.budget
     label = config_label(result.resolved)
-    title = f"glmlaunch plan -p {label}"
+    command = f"glmlaunch plan -p {label}"
     if result.gpu_memory is not None:
-        title += f" --gpu-memory {result.gpu_memory}"
+        command += f" --gpu-memory {result.gpu_memory}"
+    title, subtitle = command, ""
     if result.config.description:
         # The description is the profile's: with overrides it no longer describes what is planned
         # ("GMU 0.957" next to gpu_memory_utilization=0.93), so it is attributed to the profile.
         changed = label != result.resolved.profile_name or result.gpu_memory is not None
         desc = result.config.description
-        title += f" (profile {result.resolved.profile_name}: {desc})" if changed else f": {desc}"
+        subtitle = f"profile {result.resolved.profile_name}: {desc}" if changed else desc
+        title += f" ({subtitle})" if changed else f": {desc}"
     if svg is not None:
-        memmap.write_svg(svg, ledger.ranks, budget, title=title, verdict=svg_verdict(result))
+        # the SVG sets the description on a line of its own: no brackets around it to close
+        memmap.write_svg(
+            svg, ledger.ranks, budget, title=command, subtitle=subtitle, verdict=svg_verdict(result)
+        )
         note(f"memory map written to {svg}")
     if explain is not None:
         from glmlaunch.plan.planner import explain_terms

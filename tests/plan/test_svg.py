@@ -7,6 +7,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from glmlaunch.config.profiles import list_profiles
 from glmlaunch.config.units import format_size
 from glmlaunch.plan import memmap
 from glmlaunch.plan.planner import plan_profile
@@ -103,3 +106,90 @@ def test_ranks_that_differ_are_drawn_apart() -> None:
     root = ET.fromstring(text)
     groups = [t.text for t in _texts(root, "group")]
     assert groups == ["ranks 0\u20132, GPUs 0\u20132", "GPU 3 (rank 3)"]
+
+
+def _number(value: str | None) -> float:
+    n = float(value or 0)
+    assert n == n and abs(n) < 1e6, value  # finite and on the page
+    return n
+
+
+def _check_sane(root: ET.Element) -> None:
+    """What every renderer needs: a bounded page, and every shape and text on it."""
+    width, height = _number(root.get("width")), _number(root.get("height"))
+    assert width == memmap.WIDTH and 0 < height < 10_000
+    assert root.get("viewBox") == f"0 0 {width:.0f} {height:.0f}"
+    for rect in root.iter(f"{NS}rect"):
+        if rect.get("class") in ("segment", "device", "overrun", "runtime-overrun", "runtime-demand"):
+            x, w = _number(rect.get("x")), _number(rect.get("width"))
+            assert x >= 0 and w >= 0 and x + w <= width + 0.5, ET.tostring(rect)[:200]
+    for text in root.iter(f"{NS}text"):
+        assert 0 <= _number(text.get("x")) < width
+    titles = " ".join(t.text or "" for t in _texts(root, "title") + _texts(root, "subtitle"))
+    assert not titles.rstrip().endswith("))"), titles
+    # the runtime margin, the deciding figure of a runtime-oom, is written under the bars
+    (line, *_) = _texts(root, "runtime-margin")
+    assert (line.text or "").startswith("runtime margin ")
+
+
+_PROFILES = sorted(p.name for p in list_profiles())
+
+
+@pytest.mark.parametrize("profile", _PROFILES)
+def test_every_shipped_profile_draws_a_sane_map(
+    profile: str, tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    svg = tmp_path / f"{profile}.svg"
+    out = run_cli("plan", "-p", profile, "--svg", str(svg), env=clean_env)
+    assert out.returncode in (0, 4), out.stderr
+    root = _svg(svg)
+    _check_sane(root)
+    doc = json.loads(run_cli("plan", "-p", profile, "--json", env=clean_env).stdout)
+    line = " ".join(t.text or "" for t in _texts(root, "runtime-margin"))
+    assert format_size(doc["budget"]["runtime_margin_bytes"]) in line
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        # TP2 on 48 GiB GPUs: the weights alone are three times the device
+        ("parallel.tp=2", "parallel.dcp=1", "hardware.memory_per_gpu=48GiB"),
+        ("hardware.memory_per_gpu=24GiB",),
+        ("hardware.memory_per_gpu=85GiB",),  # the fixed terms fit, not with X and the demand
+        ("memory.gpu_memory_utilization=0.99",),  # a start-gate refusal
+    ],
+)
+def test_refused_plans_draw_a_sane_map_with_the_overrun(
+    sets: tuple[str, ...], tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    svg = tmp_path / "refused.svg"
+    args = [a for s in sets for a in ("--set", s)]
+    out = run_cli("plan", "-p", "turnkey", *args, "--svg", str(svg), env=clean_env)
+    assert out.returncode == 4
+    root = _svg(svg)
+    _check_sane(root)
+    (verdict, *_) = _texts(root, "verdict")
+    assert verdict.get("data-status") in ("refused", "oom-risk")
+    # the overrun is drawn inside the page, after the device's end, and said in words
+    for bar in ("whole", "zoom"):
+        (device,) = _rects(root, "device", bar)
+        for over in _rects(root, "overrun", bar):
+            end = float(device.get("x") or 0) + float(device.get("width") or 0)
+            assert float(over.get("x") or 0) >= end - 0.1
+    assert any((t.text or "").startswith("overrun ") for t in _texts(root, "overrun-label"))
+    # no zero advice on the map either
+    details = " ".join(t.text or "" for t in _texts(root, "detail"))
+    assert "=0 (0 B)" not in details and "holds 0 tokens)" not in details
+
+
+def test_the_description_is_not_closed_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    svg = tmp_path / "342.svg"
+    args = ("plan", "-p", "exl3-tr3-3.42bpw", "--set", "memory.num_gpu_blocks_override=null")
+    assert run_cli(*args, "--svg", str(svg), env=clean_env).returncode == 4
+    root = _svg(svg)
+    (title,) = _texts(root, "title")
+    assert title.text == "glmlaunch plan -p exl3-tr3-3.42bpw + memory.num_gpu_blocks_override=null"
+    sub = " ".join(t.text or "" for t in _texts(root, "subtitle"))
+    assert sub.startswith("profile exl3-tr3-3.42bpw: upstream") and sub.endswith("pinned blocks)")
+    # a runtime-oom: the runtime margin is on the headline, negative
+    assert "runtime margin -" in " ".join(t.text or "" for t in _texts(root, "verdict"))
