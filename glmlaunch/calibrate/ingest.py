@@ -23,6 +23,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.errors import ConfigError, GlmlaunchError
 from glmlaunch.hardware.inventory import Inventory
 from glmlaunch.vllmlog.boot import BootLog, parse_log_file
+from glmlaunch.vllmlog.events import RuntimeEvent
 
 
 @dataclass(frozen=True)
@@ -255,3 +256,35 @@ def inventory_for_ingest(inventory_file: Path | None, *, probe: bool) -> tuple[I
             raise
         return None, f"no inventory ({exc.one_line()}): GPU identity is not part of the fingerprint"
     return inv, f"hardware identity from {inv.describe()}"
+
+
+def ingest_named(
+    boot: BootLog,
+    *,
+    config: DeploymentConfig,
+    profile: str,
+    store: Store,
+    events: Sequence[RuntimeEvent] | None = None,
+    notes: Sequence[str] = (),
+) -> Ingested:
+    """The record of a log that shows no configuration of its own, keyed on the one the operator names
+    (``explain-oom -p NAME LOG --ingest``) and keeping it whole, so the next plan of that configuration
+    reads the log's runtime evidence (``calibrate.apply.runtime_evidence`` needs the record's own
+    configuration). ``events`` replaces the log's runtime events where the caller read them (an OOM the
+    log gives no ready line for, read as one after ready); ``notes`` say so in the record.
+    """
+    if events is not None:
+        boot = boot.model_copy(update={"runtime_events": list(events)})
+    fingerprint = make_fingerprint(config, None, vllm_version=boot.engine.vllm_version)
+    record = build_calibration(
+        boot,
+        fingerprint,
+        profile=profile,
+        total_bytes=exact_total(config, None, boot),
+        config=config,
+        extra_notes=[
+            f"keyed on profile {profile}, named by the operator: the log shows no configuration",
+            *notes,
+        ],
+    )
+    return Ingested(record, store.save(record))

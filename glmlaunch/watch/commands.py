@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -261,8 +262,12 @@ def run_explain_oom(
 ) -> None:
     from glmlaunch.calibrate.ingest import _logged_config
     from glmlaunch.config.commands import resolve
+    from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
+    from glmlaunch.config.safeload import read_file
     from glmlaunch.vllmlog.boot import parse_log_file
-    from glmlaunch.watch.oom import distinct, explain
+    from glmlaunch.vllmlog.events import is_ready_line
+    from glmlaunch.vllmlog.lines import iter_messages
+    from glmlaunch.watch.oom import distinct, explain, when_of
 
     boot = parse_log_file(log)
     events = distinct(boot.runtime_events)
@@ -273,52 +278,69 @@ def run_explain_oom(
             value=str(log),
             hint="give the vLLM log of the run that died (all ranks' output)",
         )
+    # a ready line after the OOMs says they came during startup (the parse marks only those after it)
+    text = read_file(log, limit=MAX_BOOT_LOG_BYTES, key="LOG", what="boot log").decode("utf-8", "replace")
+    ready_in_log = any(is_ready_line(m.text) for m in iter_messages(text))
     config: DeploymentConfig | None = None
     name = ""
-    if profile is None and not overrides:
+    named = profile is not None or bool(overrides)
+    from_log = False
+    if not named:
         config = _logged_config(boot, log)
         if config is not None:
-            name = f"the configuration {log.name} booted"
+            name, from_log = f"the configuration {log.name} booted", True
+    assumed = False
+    profile_ref = profile
     if config is None:
         resolved = resolve(profile, overrides)
         config, name = resolved.config, resolved.profile_name
+        assumed = not named
+        profile_ref = profile or resolved.profile_name
     from glmlaunch.plan.plan import checkpoint_for, make_plan
 
-    plan = make_plan(config, checkpoint=checkpoint_for(config, os.environ))
+    checkpoint = checkpoint_for(config, os.environ)
+    plan = make_plan(config, checkpoint=checkpoint)
     for line in plan.warnings:
         warn(line)
     note(plan.message)
-    explained = [explain(e, plan, source=f"{log.name}'s OOM") for e in events]
+    explained = [
+        explain(e, plan, source=f"{log.name}'s OOM", when=when_of(e, boot, ready_in_log=ready_in_log))
+        for e in events
+    ]
+    against = (
+        name
+        if from_log
+        else f"profile {name}"
+        + (f" (assumed: {log.name} shows no configuration; -p NAME for another)" if assumed else "")
+    )
     record_id = None
     if ingest:
-        from glmlaunch.calibrate.ingest import ingest_logs
-        from glmlaunch.calibrate.store import Store
-
-        got = ingest_logs(
-            [log],
-            config=config if (profile is not None or overrides) else None,
-            profile=name if (profile is not None or overrides) else None,
-            inventory=None,
-            store=Store.default(),
+        record_id = _ingest_explained(
+            log,
+            boot,
+            explained,
+            config,
+            name,
+            from_log=from_log,
+            named=named,
+            before=plan,
+            ref=profile_ref,
+            overrides=overrides,
         )
-        record_id = got[0].record.record_id if got else None
-        if got and got[0].saved is not None:
-            note(
-                f"explain-oom: record {record_id} saved ({got[0].saved.path}); the next plan of this "
-                "configuration carries the demand this log proves"
-            )
     if as_json:
         out_json(
             {
                 "schema_version": SCHEMA_VERSION,
                 "log": str(log),
                 "profile": name,
+                "profile_assumed": assumed,
                 "calibration": plan.message,
                 "plan": {
                     "total_bytes": plan.budget.total,
                     "margin_bytes": plan.budget.margin,
                     "runtime_demand_bytes": plan.ledger.runtime.peak_bytes,
                     "runtime_phase": plan.ledger.runtime.peak_phase,
+                    "runtime_margin_bytes": plan.budget.runtime_margin,
                     "verdict": plan.verdict.status,
                 },
                 "ooms": [x.to_json() for x in explained],
@@ -326,31 +348,138 @@ def run_explain_oom(
             }
         )
         return
+    output.out_console.print(f"against {against}", markup=False, highlight=False)
     for x in explained:
         _print_explanation(x)
-    if not ingest:
-        note(
-            f"explain-oom: to keep this demand for the next plans: glmlaunch explain-oom {log} --ingest "
-            f"(or glmlaunch calibrate ingest {log})"
+    if not ingest and any(x.best.phase == "runtime" for x in explained):
+        hint = _ingest_command(log, None if from_log else profile_ref, overrides)
+        more = f" (or glmlaunch calibrate ingest {shlex.quote(str(log))})" if from_log else ""
+        note(f"explain-oom: to keep this demand for the next plans: {hint}{more}")
+
+
+def _ingest_command(log: Path, profile: str | None, overrides: Sequence[str]) -> str:
+    """The ``explain-oom … --ingest`` command that stores what this run read (masked, quoted)."""
+    from glmlaunch.output import mask_secrets
+
+    words = ["glmlaunch", "explain-oom"]
+    if profile is not None:
+        words += ["-p", profile]
+    for o in overrides:
+        words += ["--set", o]
+    words += [str(log), "--ingest"]
+    return mask_secrets(" ".join(shlex.quote(w) for w in words))
+
+
+def _ingest_explained(
+    log: Path,
+    boot: Any,
+    explained: Sequence[Any],
+    config: DeploymentConfig,
+    name: str,
+    *,
+    from_log: bool,
+    named: bool,
+    before: Plan,
+    ref: str | None,
+    overrides: Sequence[str],
+) -> str | None:
+    """Store the log as a record; then plan again and say what the next plan carries (None: nothing
+    was stored). A log that shows its configuration is ingested as ``calibrate ingest`` would; one that
+    shows none is keyed on the profile named with ``-p``/``--set``, its OOMs read as the explanation
+    read them."""
+    from glmlaunch.calibrate.ingest import ingest_logs, ingest_named
+    from glmlaunch.calibrate.store import Store
+    from glmlaunch.plan.plan import checkpoint_for, make_plan
+
+    store = Store.default()
+    if from_log or boot.boot_config is not None:
+        got = ingest_logs(
+            [log],
+            config=config if named else None,
+            profile=name if named else None,
+            inventory=None,
+            store=store,
         )
+        record = got[0].record if got else None
+        saved = got[0].saved if got else None
+    else:
+        if not named:
+            raise ConfigError(
+                "the log shows no configuration: --ingest keys its record on a profile you name",
+                key="--profile",
+                value=None,
+                hint=f"name the profile it ran: {_ingest_command(log, ref, overrides)}",
+            )
+        runtime = {x.event.line for x in explained if x.best.phase == "runtime"}
+        if not runtime:
+            note(
+                "explain-oom: nothing stored: a startup OOM proves no runtime demand (the fixes above are "
+                "what changes the next plan)"
+            )
+            return None
+        read = [x for x in explained if x.best.phase == "runtime" and x.when == "unknown"]
+        events = [
+            e.model_copy(update={"after_ready": True}) if e.kind == "oom" and e.line in runtime else e
+            for e in boot.runtime_events
+        ]
+        notes = (
+            [
+                "explain-oom read the OOM(s) with no ready line in the log as after ready: the plan's "
+                "runtime demand explains them best"
+            ]
+            if read
+            else []
+        )
+        got1 = ingest_named(boot, config=config, profile=name, store=store, events=events, notes=notes)
+        record, saved = got1.record, got1.saved
+    if record is None:
+        return None
+    if saved is not None:
+        after = make_plan(config, checkpoint=checkpoint_for(config, os.environ))
+        d0, d1 = before.ledger.runtime.peak_bytes, after.ledger.runtime.peak_bytes
+        what = (
+            f"runtime demand {format_size(d0)} -> {format_size(d1)}, verdict {before.verdict.status} -> "
+            f"{after.verdict.status}"
+            if d1 != d0
+            else f"its runtime demand {format_size(d0)} already covers what the log proves"
+        )
+        note(f"explain-oom: record {record.record_id} saved ({saved.path}); the next plan of {name}: {what}")
+    return str(record.record_id)
 
 
 def _print_explanation(x: Any) -> None:
+    out = output.out_console
+    out.print(x.headline().split("; most likely")[0], markup=False, highlight=False)
+    for n in x.notes:
+        out.print(f"  note: {n}", markup=False, highlight=False)
+    for i, c in enumerate(x.candidates):
+        if len(x.candidates) > 1:
+            what = "while serving (after startup)" if c.phase == "runtime" else "during startup"
+            head = "most likely" if i == 0 else "less likely"
+            out.print(f"{head}: {what}", markup=False, highlight=False, style="bold")
+        _print_candidate(x, c)
+    sys.stdout.flush()
+
+
+def _print_candidate(x: Any, c: Any) -> None:
     from rich.table import Table
 
-    e = x.event
-    output.out_console.print(x.headline().split("; most likely")[0])
-    if e.after_ready:
-        output.out_console.print(
+    out = output.out_console
+    if c.phase == "runtime":
+        out.print(
             f"  the plan: {format_size(x.margin_bytes)} free after startup; runtime demand "
-            f"{format_size(x.plan_demand_bytes)}; at the OOM {format_size(x.realized_bytes)} of it was "
-            f"allocated, so the demand is at least {format_size(x.floor_bytes)}"
+            f"{format_size(x.plan_demand_bytes)}; at the OOM {format_size(c.realized_bytes)} of it was "
+            f"allocated, so the demand is at least {format_size(c.floor_bytes)}",
+            markup=False,
+            highlight=False,
         )
-    for n in x.notes:
-        output.out_console.print(f"  note: {n}")
-    m = x.match
+    for n in c.notes:
+        out.print(f"  note: {n}", markup=False, highlight=False)
+    m = c.match
     if m is not None:
-        t = Table(title="most likely", title_justify="left", show_header=False)
+        t = Table(
+            title="entry" if len(x.candidates) > 1 else "most likely", title_justify="left", show_header=False
+        )
         t.add_column("", no_wrap=True)
         t.add_column("")
         t.add_row("entry", m.entry.name)
@@ -360,15 +489,15 @@ def _print_explanation(x: Any) -> None:
         t.add_row("trigger", m.entry.condition)
         t.add_row("formula", m.entry.formula)
         t.add_row("matched", f"{m.how}: {m.reason}")
-        output.out_console.print(fit(t))
-    if x.fixes:
+        out.print(fit(t))
+    if c.fixes:
         t = Table(title="would have kept it", title_justify="left")
         t.add_column("--set", no_wrap=True)
         t.add_column("what")
+        t.add_column("verdict", no_wrap=True)
         t.add_column("runtime margin", justify="right", no_wrap=True)
-        for f in x.fixes:
-            t.add_row(f.setting, f.effect, format_size(f.runtime_margin_bytes))
-        output.out_console.print(fit(t))
+        for f in c.fixes:
+            t.add_row(f.setting, f.effect, f.verdict, format_size(f.runtime_margin_bytes))
+        out.print(fit(t))
     else:
-        output.out_console.print("  no pool pin, GMU or batched-token count keeps it by the plan's figures")
-    sys.stdout.flush()
+        out.print("  no pool pin, GMU or batched-token count keeps it by the plan's figures")

@@ -17,10 +17,20 @@ raised to ``floor`` (:func:`glmlaunch.calibrate.apply.with_demand_floor`), and e
 answer under that demand, checked by planning with it: the pool pin and the GMU the budget recommends,
 and the largest ``max_num_batched_tokens`` (the prefill's growth scaled with the chunk) whose runtime margin
 holds. A startup OOM's fix is the GMU that leaves ``X - Y`` more free after startup.
+
+**When the log does not say** (no ready line before the OOM, none after it, and no sign the boot stopped
+short of sizing its KV pool: a line pasted on its own), both phases are candidates. Each is read against
+the plan as above, and ranked by what the plan would have to be wrong by for the OOM to come there: as a
+runtime OOM, ``floor - D`` (nothing when the plan's own runtime demand D reaches the floor: the plan
+predicts it); as a startup OOM, ``margin - free`` (the plan has at least ``margin`` free at every point of
+startup). The one the plan explains best is the most likely; the other is listed with its own fixes.
+A latent entry (the plan marks it "reachable by other callers, not charged") is never the most likely:
+it is named in a note when its size would fit.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -29,13 +39,19 @@ from glmlaunch.calibrate.apply import _with, prefill_split, with_demand_floor
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import MIB, format_size
 from glmlaunch.ledger.inputs import LedgerInputs
+from glmlaunch.ledger.kv_cache import KV_BLOCK
 from glmlaunch.ledger.model import PHASES, Entry
 from glmlaunch.plan.plan import Plan, make_plan
+from glmlaunch.vllmlog.boot import BootLog
 from glmlaunch.vllmlog.events import RuntimeEvent, tried_unit
 from glmlaunch.vllmlog.lines import tp_index
 from glmlaunch.vllmlog.numbers import UNIT_BYTES
 
 How = Literal["size", "position", "holds-it", "largest"]
+#: when the OOM came, as the log shows it: after the ready line, during startup, or not said
+When = Literal["after-ready", "startup", "unknown"]
+Phase = Literal["runtime", "startup"]
+_QUALITY: dict[str, int] = {"size": 0, "position": 0, "holds-it": 1, "largest": 2}
 #: the message prints two decimals of its unit; the allocator rounds a fresh block up to 2 MiB pages
 PAGE = 2 * MIB
 #: verdicts under which the proven runtime demand fits: the fix keeps it (a margin below the minimum is
@@ -94,20 +110,75 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One reading of the OOM: as a runtime one or as a startup one, with what keeps it."""
+
+    phase: Phase
+    match: Match | None
+    #: how far the plan must be wrong for the OOM to come in this phase (0: the plan predicts it)
+    unexplained_bytes: int
+    realized_bytes: int  # margin - free: the runtime demand allocated when the OOM came (runtime)
+    floor_bytes: int  # realized + tried: the demand this OOM proves (runtime)
+    fixes: tuple[Fix, ...]
+    notes: tuple[str, ...]
+
+    def rank_key(self) -> tuple[int, int, int]:
+        quality = 3 if self.match is None else _QUALITY[self.match.how]
+        return (self.unexplained_bytes, quality, 0 if self.phase == "runtime" else 1)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "phase": self.phase,
+            "unexplained_bytes": self.unexplained_bytes,
+            "realized_bytes": self.realized_bytes,
+            "demand_floor_bytes": self.floor_bytes,
+            "entry": self.match.to_json() if self.match is not None else None,
+            "fixes": [f.to_json() for f in self.fixes],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
 class Explanation:
     event: RuntimeEvent
     rank: int | None
+    when: When
     margin_bytes: int
     plan_demand_bytes: int
-    realized_bytes: int  # margin - free: the runtime demand allocated when the OOM came (after ready)
-    floor_bytes: int  # realized + tried: the demand this OOM proves (after ready)
-    match: Match | None
-    fixes: tuple[Fix, ...]
+    #: the most likely first (a single one when the log says when the OOM came)
+    candidates: tuple[Candidate, ...]
     notes: tuple[str, ...]
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    @property
+    def match(self) -> Match | None:
+        return self.best.match
+
+    @property
+    def fixes(self) -> tuple[Fix, ...]:
+        return self.best.fixes
+
+    @property
+    def realized_bytes(self) -> int:
+        return self.best.realized_bytes
+
+    @property
+    def floor_bytes(self) -> int:
+        return self.best.floor_bytes
 
     @property
     def tried_bytes(self) -> int:
         return self.event.tried_bytes or 0
+
+    def when_text(self) -> str:
+        if self.when == "after-ready":
+            return "after ready"
+        if self.when == "startup":
+            return "during startup"
+        return "with no ready line in the log (during startup or while serving)"
 
     def headline(self) -> str:
         e = self.event
@@ -116,9 +187,8 @@ class Explanation:
             if self.rank is not None
             else (f"GPU {e.gpu}" if e.gpu is not None else "a GPU")
         )
-        when = "after ready" if e.after_ready else "during startup"
         tried, free = format_size(self.tried_bytes), format_size(e.free_bytes)
-        text = f"OOM on {who} {when}: tried {tried} with {free} free"
+        text = f"OOM on {who} {self.when_text()}: tried {tried} with {free} free"
         if self.match is not None:
             m = self.match
             text += f"; most likely {m.entry.name} ({format_size(m.entry.device_bytes)}"
@@ -135,6 +205,8 @@ class Explanation:
             "gpu": e.gpu,
             "rank": self.rank,
             "after_ready": e.after_ready,
+            "when": self.when,
+            "phase": self.best.phase,
             "tried_bytes": self.tried_bytes,
             "free_bytes": e.free_bytes,
             "total_bytes": e.total_bytes,
@@ -144,7 +216,8 @@ class Explanation:
             "demand_floor_bytes": self.floor_bytes,
             "entry": self.match.to_json() if self.match is not None else None,
             "fixes": [f.to_json() for f in self.fixes],
-            "notes": list(self.notes),
+            "notes": [*self.notes, *self.best.notes],
+            "candidates": [c.to_json() for c in self.candidates],
         }
 
 
@@ -220,7 +293,8 @@ def match_runtime(event: RuntimeEvent, plan: Plan) -> Match | None:
 def match_startup(event: RuntimeEvent, plan: Plan) -> Match | None:
     tried = event.tried_bytes or 0
     tol = _resolution(event)
-    entries = [e for e in (*plan.ledger.rank0.entries, *plan.ledger.latent) if e.device_bytes > 0]
+    # a latent entry is one the plan does not charge (not reached by this model's path): never the match
+    entries = [e for e in plan.ledger.rank0.entries if e.device_bytes > 0]
     sized = [e for e in entries if min(abs(tried - e.requested_bytes), abs(tried - e.device_bytes)) <= tol]
     if sized:
         best = min(sized, key=lambda e: abs(tried - e.requested_bytes))
@@ -250,7 +324,7 @@ def runtime_fixes(plan: Plan, floor: int, source: str) -> tuple[tuple[Fix, ...],
     if raised is None:
         notes.append(
             f"the plan's runtime demand {format_size(plan.ledger.runtime.peak_bytes)} already covers the "
-            f"{format_size(floor)} this OOM proves: the startup left less free than the plan's margin"
+            f"{format_size(floor)} this OOM proves"
         )
         inputs = plan.inputs
     else:
@@ -335,20 +409,53 @@ def _batched_tokens_fix(plan: Plan, floor: int) -> Fix | None:
     return None
 
 
-def startup_fix(plan: Plan, short_bytes: int) -> Fix | None:
-    """The highest GMU that leaves ``short_bytes`` more free after startup than the plan does now."""
+def latent_note(event: RuntimeEvent, plan: Plan) -> str | None:
+    """A latent entry that would hold the allocation, named as the one it is not."""
+    tried = event.tried_bytes or 0
+    holds = [e for e in plan.ledger.latent if e.requested_bytes >= tried > 0]
+    if not holds:
+        return None
+    e = min(holds, key=lambda e: e.requested_bytes)
+    return (
+        f"{e.name} ({format_size(e.device_bytes)}) would hold {format_size(tried)} too, but the plan marks "
+        f"it latent ({e.condition}): not the most likely"
+    )
+
+
+def startup_fixes(plan: Plan, short_bytes: int) -> tuple[Fix, ...]:
+    """What leaves ``short_bytes`` more free after startup than the plan does now, each planned: the
+    highest GMU (a natural pool) and the largest pool pin that still holds one max_model_len request."""
     config, budget = plan.config, plan.budget
     target = budget.margin + short_bytes
-    gmu = round(config.memory.gpu_memory_utilization - 0.001, 3)
-    while gmu > 0.05:
+    fixes: list[Fix] = []
+    if config.memory.num_gpu_blocks_override is None and config.memory.kv_cache_memory_bytes is None:
+        fix = _startup_gmu(plan, short_bytes, target)
+        if fix is not None:
+            fixes.append(fix)
+    pin = _startup_pin(plan, short_bytes, target)
+    if pin is not None:
+        fixes.append(pin)
+    return tuple(fixes)
+
+
+def _startup_gmu(plan: Plan, short_bytes: int, target: int) -> Fix | None:
+    config, budget = plan.config, plan.budget
+    # GMU x T is what the pool takes: the step it needs, then planned (a few 0.001 steps of rounding)
+    gmu = math.floor((config.memory.gpu_memory_utilization - short_bytes / budget.total) * 1000) / 1000
+    for _ in range(20):
+        if gmu <= 0.05:
+            return None
         step = _replan(plan, _with(config, "memory.gpu_memory_utilization", gmu), plan.inputs)
         b, v = step.budget, step.verdict.status
+        if b.kv <= 0 or v == "refused":  # lower only shrinks the pool further
+            return None
         if b.margin >= target:
             return Fix(
                 "gmu",
                 "memory.gpu_memory_utilization",
                 gmu,
-                f"{format_size(b.margin)} free after startup ({format_size(short_bytes)} more)",
+                f"{format_size(b.margin)} free after startup ({format_size(short_bytes)} more; "
+                f"{b.kv_tokens:,} tokens)",
                 v,
                 b.runtime_margin,
             )
@@ -356,9 +463,73 @@ def startup_fix(plan: Plan, short_bytes: int) -> Fix | None:
     return None
 
 
-def explain(event: RuntimeEvent, plan: Plan, *, source: str = "this OOM") -> Explanation:
-    notes: list[str] = []
+def _startup_pin(plan: Plan, short_bytes: int, target: int) -> Fix | None:
+    config, budget = plan.config, plan.budget
+    block = KV_BLOCK * budget.kv_bytes_per_token
+    if block <= 0 or config.memory.kv_cache_memory_bytes is not None:
+        return None
+    blocks = budget.kv // block - -(-short_bytes // block)
+    least = -(-config.scheduler.max_model_len // (KV_BLOCK * config.parallel.dcp))
+    while blocks >= max(least, 1):
+        step = _replan(plan, _with(config, "memory.num_gpu_blocks_override", int(blocks)), plan.inputs)
+        b, v = step.budget, step.verdict.status
+        if v == "refused":  # a smaller pin only holds less
+            return None
+        if b.margin >= target:
+            return Fix(
+                "pool-pin",
+                "memory.num_gpu_blocks_override",
+                int(blocks),
+                f"{format_size(b.margin)} free after startup ({format_size(short_bytes)} more; "
+                f"{b.kv_tokens:,} tokens)",
+                v,
+                b.runtime_margin,
+            )
+        blocks -= 1
+    return None
+
+
+def _runtime_candidate(event: RuntimeEvent, plan: Plan, source: str) -> Candidate:
     tried = event.tried_bytes or 0
+    budget = plan.budget
+    realized = max(0, budget.margin - event.free_bytes)
+    floor = realized + tried
+    demand = plan.ledger.runtime.peak_bytes
+    fixes, notes = runtime_fixes(plan, floor, source)
+    unexplained = max(0, floor - demand)
+    if unexplained == 0 and budget.runtime_margin < 0:
+        notes.insert(
+            0,
+            f"the plan predicts it: its runtime demand {format_size(demand)} ({budget.runtime_phase}) "
+            f"leaves a runtime margin of {format_size(budget.runtime_margin)}",
+        )
+    return Candidate("runtime", match_runtime(event, plan), unexplained, realized, floor, fixes, tuple(notes))
+
+
+def _startup_candidate(event: RuntimeEvent, plan: Plan, when: When) -> Candidate:
+    tried = event.tried_bytes or 0
+    budget = plan.budget
+    notes = ["before the server was ready: a startup allocation, not a runtime transient"]
+    unexplained = max(0, budget.margin - event.free_bytes)
+    if when == "unknown" and unexplained:
+        notes = [
+            f"as a startup OOM: the plan has at least {format_size(budget.margin)} free at every point of "
+            f"startup, so it would be {format_size(unexplained)} short there"
+        ]
+    latent = latent_note(event, plan)
+    if latent is not None:
+        notes.append(latent)
+    fixes = startup_fixes(plan, max(0, tried - event.free_bytes))
+    return Candidate("startup", match_startup(event, plan), unexplained, 0, 0, fixes, tuple(notes))
+
+
+def explain(
+    event: RuntimeEvent, plan: Plan, *, source: str = "this OOM", when: When | None = None
+) -> Explanation:
+    """The OOM read against ``plan``; ``when`` as the log shows it (default: the event's own ready flag,
+    ``startup`` when it came before a ready line)."""
+    when = when or ("after-ready" if event.after_ready else "startup")
+    notes: list[str] = []
     budget = plan.budget
     if event.total_bytes is not None and abs(event.total_bytes - budget.total) > 16 * MIB:
         notes.append(
@@ -366,29 +537,43 @@ def explain(event: RuntimeEvent, plan: Plan, *, source: str = "this OOM") -> Exp
             f"{format_size(budget.total)}: plan with the GPU's (--set hardware.memory_per_gpu=…) for exact "
             "figures"
         )
-    if event.after_ready:
-        realized = max(0, budget.margin - event.free_bytes)
-        floor = realized + tried
-        match = match_runtime(event, plan)
-        fixes, more = runtime_fixes(plan, floor, source)
-        notes.extend(more)
-    else:
-        realized, floor = 0, 0
-        match = match_startup(event, plan)
-        fix = startup_fix(plan, max(0, tried - event.free_bytes))
-        fixes = (fix,) if fix is not None else ()
-        notes.append("before the server was ready: a startup allocation, not a runtime transient")
+    candidates: list[Candidate] = []
+    if when in ("after-ready", "unknown"):
+        candidates.append(_runtime_candidate(event, plan, source))
+    if when in ("startup", "unknown"):
+        candidates.append(_startup_candidate(event, plan, when))
+    candidates.sort(key=Candidate.rank_key)
+    if when == "unknown":
+        best, other = candidates
+        notes.append(
+            f"no ready line in the log: read both ways, {best.phase} is the most likely "
+            f"(the plan would be {format_size(best.unexplained_bytes)} off, against "
+            f"{format_size(other.unexplained_bytes)} as a {other.phase} OOM)"
+        )
     return Explanation(
         event=event,
         rank=rank_of(event),
+        when=when,
         margin_bytes=budget.margin,
         plan_demand_bytes=plan.ledger.runtime.peak_bytes,
-        realized_bytes=realized,
-        floor_bytes=floor,
-        match=match,
-        fixes=fixes,
+        candidates=tuple(candidates),
         notes=tuple(notes),
     )
+
+
+def when_of(event: RuntimeEvent, boot: BootLog, *, ready_in_log: bool) -> When:
+    """When the OOM came, as far as the log says: after its ready line; during startup when a ready line
+    follows it, or when the log shows vLLM's boot lines but never the KV pool sized (the server never
+    served); else the log does not say (one line, pasted on its own)."""
+    if event.after_ready:
+        return "after-ready"
+    if ready_in_log:
+        return "startup"
+    booted = bool(boot.engine.found) or any(r.found for r in boot.ranks)
+    sized = boot.engine.kv_cache_tokens is not None or any(
+        r.kv_available_bytes is not None for r in boot.ranks
+    )
+    return "startup" if booted and not sized else "unknown"
 
 
 def distinct(events: Sequence[RuntimeEvent]) -> list[RuntimeEvent]:

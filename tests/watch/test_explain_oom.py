@@ -77,22 +77,46 @@ def test_the_text_names_the_entry_its_reader_and_the_settings(clean_env: dict[st
     assert "OOM on rank 0 after ready: tried 512.00 MiB with 67.12 MiB free" in out
     for text in ("demand.prefill_growth", "sparse indexer", "memory.num_gpu_blocks_override=", "--set"):
         assert text in out
-    assert f"glmlaunch explain-oom {OOM_LOG} --ingest" in done.stderr
+    # the log shows no configuration: the command that keeps the demand names the profile it was read with
+    assert f"glmlaunch explain-oom -p {PROFILE} {OOM_LOG} --ingest" in done.stderr
+    assert out.splitlines()[0] == "against profile h200"
 
 
-def test_an_oom_before_ready_is_a_startup_allocation(clean_env: dict[str, str], tmp_path: Path) -> None:
-    # the same recorded run, its ready lines left out: the OOM is then one of startup
-    lines = [ln for ln in OOM_LOG.read_text().splitlines() if not is_ready_line(ln)]
+def test_an_oom_in_a_boot_that_never_sized_its_pool_is_a_startup_allocation(
+    clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    # a real boot cut before its KV-cache line, then the recorded OOM: the server never served
+    boot = (FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp3-v3-server.log").read_text().splitlines()
+    cut = next(i for i, ln in enumerate(boot) if "Available KV cache memory" in ln)
+    oom_line = next(ln for ln in OOM_LOG.read_text().splitlines() if "Tried to allocate" in ln)
     log = tmp_path / "startup-oom.log"
+    log.write_text("\n".join([*boot[:cut], oom_line]) + "\n")
+    doc = _doc(clean_env, "-p", PROFILE, str(log))
+    (oom,) = doc["ooms"]  # type: ignore[misc]
+    assert oom["after_ready"] is False and oom["when"] == "startup" and oom["demand_floor_bytes"] == 0
+    assert [c["phase"] for c in oom["candidates"]] == ["startup"]
+    assert oom["entry"]["phase"] is None and oom["entry"]["lifetime"] != "runtime"
+    assert any("startup allocation" in n for n in oom["notes"])
+    kinds = [f["kind"] for f in oom["fixes"]]
+    assert "gmu" in kinds and set(kinds) <= {"gmu", "pool-pin"}
+    gmu = next(f["value"] for f in oom["fixes"] if f["kind"] == "gmu")
+    assert gmu < resolve_config(PROFILE, ()).config.memory.gpu_memory_utilization
+
+
+def test_an_oom_with_no_ready_line_is_read_both_ways(clean_env: dict[str, str], tmp_path: Path) -> None:
+    # the recorded run, its ready lines left out: nothing in the log says whether it had started serving
+    lines = [ln for ln in OOM_LOG.read_text().splitlines() if not is_ready_line(ln)]
+    log = tmp_path / "no-ready.log"
     log.write_text("\n".join(lines) + "\n")
     doc = _doc(clean_env, "-p", PROFILE, str(log))
     (oom,) = doc["ooms"]  # type: ignore[misc]
-    assert oom["after_ready"] is False and oom["demand_floor_bytes"] == 0
-    assert oom["entry"]["phase"] is None and oom["entry"]["lifetime"] != "runtime"
-    assert any("startup allocation" in n for n in oom["notes"])
-    assert [f["kind"] for f in oom["fixes"]] == ["gmu"]
-    gmu = oom["fixes"][0]["value"]
-    assert gmu < resolve_config(PROFILE, ()).config.memory.gpu_memory_utilization
+    assert oom["after_ready"] is False and oom["when"] == "unknown"
+    phases = [c["phase"] for c in oom["candidates"]]
+    assert sorted(phases) == ["runtime", "startup"]
+    # ranked by how far the plan would be off: the most likely first, its reading on the top level
+    off = [c["unexplained_bytes"] for c in oom["candidates"]]
+    assert off == sorted(off) and oom["phase"] == phases[0]
+    assert oom["entry"] == oom["candidates"][0]["entry"]
 
 
 def test_an_allocation_of_an_entrys_size_is_that_entry() -> None:
