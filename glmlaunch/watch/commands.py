@@ -499,5 +499,10 @@ def _print_candidate(x: Any, c: Any) -> None:
         for f in c.fixes:
             t.add_row(f.setting, f.effect, f.verdict, format_size(f.runtime_margin_bytes))
         out.print(fit(t))
+    elif c.phase == "startup":
+        out.print(
+            "  no GMU, nor a pool pin that still holds one max_model_len request, leaves that much more "
+            "free after startup by the plan's figures"
+        )
     else:
         out.print("  no pool pin, GMU or batched-token count keeps it by the plan's figures")
