@@ -138,7 +138,9 @@ def calibration_for(config: DeploymentConfig, *, store: Store | None = None) -> 
             headline = message = f"no calibration record applies ({describe_group(config)}); using defaults"
             if learned.skipped:
                 message += ". " + learned.skipped[0]
-        return CalibrationUse(UNCALIBRATED, message, None, loaded.warnings, headline, skipped)
+        # a serve log's OOM proves its demand whether or not a term model applies (a rig of no defaults)
+        evidence = runtime_evidence(config, loaded.records)
+        return CalibrationUse(UNCALIBRATED, message, None, loaded.warnings, headline, skipped, evidence)
     from glmlaunch.calibrate.learn import target_version
 
     cal = model_calibration(config, learned.model, version=target_version(config))

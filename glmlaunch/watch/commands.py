@@ -285,10 +285,14 @@ def run_explain_oom(
     name = ""
     named = profile is not None or bool(overrides)
     from_log = False
-    if not named:
-        config = _logged_config(boot, log)
-        if config is not None:
-            name, from_log = f"the configuration {log.name} booted", True
+    try:
+        logged = _logged_config(boot, log)
+    except ConfigError:
+        if not named:
+            raise
+        logged = None  # named: the profile is what this reads the log against and keys a record on
+    if not named and logged is not None:
+        config, name, from_log = logged, f"the configuration {log.name} booted", True
     assumed = False
     profile_ref = profile
     if config is None:
@@ -321,7 +325,7 @@ def run_explain_oom(
             explained,
             config,
             name,
-            from_log=from_log,
+            shows_config=logged is not None,
             named=named,
             before=plan,
             ref=profile_ref,
@@ -377,7 +381,7 @@ def _ingest_explained(
     config: DeploymentConfig,
     name: str,
     *,
-    from_log: bool,
+    shows_config: bool,
     named: bool,
     before: Plan,
     ref: str | None,
@@ -392,7 +396,7 @@ def _ingest_explained(
     from glmlaunch.plan.plan import checkpoint_for, make_plan
 
     store = Store.default()
-    if from_log or boot.boot_config is not None:
+    if shows_config:
         got = ingest_logs(
             [log],
             config=config if named else None,

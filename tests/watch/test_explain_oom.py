@@ -171,3 +171,13 @@ def test_a_blank_calibration_plans_like_none() -> None:
     a = compute_budget(config, build_ledger(config, UNCALIBRATED))
     b = compute_budget(config, build_ledger(config, blank))
     assert a.terms == b.terms and a.runtime_demand == b.runtime_demand
+
+
+def test_ingest_with_a_named_profile_applies_to_its_next_plan(clean_env: dict[str, str]) -> None:
+    # the recorded run shows no configuration: -p names it, and the record is keyed on it, whole
+    done = run_cli("explain-oom", "-p", PROFILE, str(OOM_LOG), "--ingest", env=clean_env)
+    assert done.returncode == 0, done.stderr
+    assert "the next plan of h200: runtime demand" in done.stderr
+    plan = json.loads(run_cli("plan", "-p", PROFILE, "--json", env=clean_env).stdout)
+    assert "the runtime demand is raised by record" in plan["calibration"]
+    assert plan["verdict"]["status"] == "runtime-oom"
