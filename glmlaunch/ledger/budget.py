@@ -256,10 +256,13 @@ def compute_budget(
                 f"the runtime margin is {runtime_margin:,} B at the figures but {rt_rng[0]:,} B at the band's "
                 f"low edge (< memory.min_runtime_margin {min_rt:,} B); widened by {wide}"
             )
-    # The recommendations keep both margins at the band's low edge: U_pre at its largest, and (a pool of
-    # fixed size no longer absorbing them) W + P + N + G_e at theirs.
-    f0_low = f0 - band.term("U_pre").high
-    fixed_low = f0_low - budgeted_rest - band_over(band)[1] - t.x
+    # The recommendations keep both margins at the band's low edge where no boot covered the shape: U_pre at
+    # its largest, and (a pool of fixed size no longer absorbing them) W + P + N + G_e at theirs.
+    # On a covered shape the figures are calibrated by a boot of it: the band shows what its precision leaves
+    # and decides nothing (as the verdict).
+    u_hi, over_hi = (0, 0) if band.covered else (band.term("U_pre").high, band_over(band)[1])
+    f0_low = f0 - u_hi
+    fixed_low = f0_low - budgeted_rest - over_hi - t.x
     blocks_rec, context_rec = _recommend_blocks(config, per_token, fixed_low, runtime_peak + min_rt)
     gmu_rec = _recommend_gmu(f0_low, t.x, total, keep)
     # the KV size that leaves both the minimum margin and the runtime demand (floored to 1 MiB)

@@ -112,8 +112,11 @@ FLOOR_BLOCKERS: frozenset[str] = frozenset({"no-kv", "request-fit"})
 
 
 def band_blocker(b: Budget) -> str:
-    """Why a budget that is ok at its figures fails at the band's low edge ("" when it holds there)."""
-    parts = []
+    """Why a budget that is ok at its figures fails at the band's low edge ("" when it holds there, or when
+    a boot covered the shape: its figures are calibrated, the verdict's rule)."""
+    parts: list[str] = []
+    if b.band.covered:
+        return ""
     if b.margin_range[0] < b.min_margin:
         parts.append(
             f"the margin at the band's low edge {format_size(b.margin_range[0])} < memory.min_margin "
@@ -255,9 +258,12 @@ class Evaluator:
         if self.limits is not None:
             self.limits.before_evaluation()
         plans = self._rank_budgets(config)
-        # the margins a value must keep are the band's low edge (ledger/band.py): the search never picks a
-        # value that holds only at the figures
-        checks = tuple(RankCheck(name, p.budget, p.budget.margin_range[0], p.verdict) for name, p in plans)
+        # the margins a value must keep are the band's low edge (ledger/band.py) where no boot covered the
+        # shape: the search never picks a value that holds only at the figures there
+        checks = tuple(
+            RankCheck(name, p.budget, p.budget.margin if p.budget.band.covered else p.budget.margin_range[0], p.verdict)
+            for name, p in plans
+        )
         budgets = [c.budget for c in checks]
         blockers: list[tuple[str, str]] = []
         cautions: list[str] = []
