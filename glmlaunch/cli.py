@@ -913,7 +913,8 @@ def plan_cmd(
     ] = None,
     library: LibraryOpt = "builtin",
     strict: Annotated[
-        bool, typer.Option("--strict", help="a caution (ok only at the figures, not the band's low edge) exits 7")
+        bool,
+        typer.Option("--strict", help="a caution (ok at the figures, not at the band's low edge) exits 7"),
     ] = False,
 ) -> None:
     """Every allocation per GPU rank, the KV budget and the margin verdict (exit 4 when it fails)."""

@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from band_cases import cases, leave_out, u_pre_rows, w_estimate_rows, w_release_rows  # noqa: E402
+from band_cases import cases, leave_out, u_pre_rows, w_estimate_rows, w_release_rows
 
-from glmlaunch.config.checkpoints import checkpoint_name  # noqa: E402
-from glmlaunch.ledger.band import key_json  # noqa: E402
+from glmlaunch.config.checkpoints import checkpoint_name
+from glmlaunch.ledger.band import key_json
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "glmlaunch" / "ledger" / "band_facts.json"
@@ -80,7 +80,9 @@ def derive() -> dict[str, object]:
             "data/upstream/weights.json",
         ],
         "boots": sorted(boots, key=lambda b: str(b["id"])),
-        "offset_checkpoints": sorted({checkpoint_name(c.config.model.path) for c in cases() if c.origin == "readme"}),
+        "offset_checkpoints": sorted(
+            {checkpoint_name(c.config.model.path) for c in cases() if c.origin == "readme"}
+        ),
         "transfer": {
             "shape": _transfer(shape, "leave-one-shape-out: every boot of the shape out, its release kept"),
             "release": _transfer(release, "leave-one-release-out: every boot of the release out"),

@@ -1,4 +1,4 @@
-"""The band: how far each budget term may be from its figure, and so the range of KV, margin and runtime margin.
+"""The band: how far each budget term may be from its figure, and so the range of KV tokens and margins.
 
 Every term's uncertainty comes from how the figure was obtained (docs/memory-model.md, "The band"):
 
@@ -74,9 +74,7 @@ class Band:
     @property
     def wide(self) -> tuple[TermBand, ...]:
         """The terms that widen the band, widest first."""
-        return tuple(
-            sorted((t for t in self.terms if t.low or t.high), key=lambda t: -(t.low + t.high))
-        )
+        return tuple(sorted((t for t in self.terms if t.low or t.high), key=lambda t: -(t.low + t.high)))
 
 
 #: no band: every term exact (a budget built by hand, a test)
@@ -150,16 +148,21 @@ def overhead_band(
         # the term model reproduces an ingested boot of this shape to the precision vLLM logs its terms
         half = 3 * LOG_HALF_STEP
         return _symmetric(
-            term, half, "calibrated", f"a boot of this shape is on record ({records[0][:12]}): P, N and "
-            f"G_e are read from it to 0.01 GiB each (+/- {_mib(half)})"
+            term,
+            half,
+            "calibrated",
+            f"a boot of this shape is on record ({records[0][:12]}): P, N and "
+            f"G_e are read from it to 0.01 GiB each (+/- {_mib(half)})",
         )
     sized = [b for b in cover if b.get("kv_residual_bytes") is not None]
     if sized:
         half = max(abs(int(b["kv_residual_bytes"])) for b in sized) + LOG_HALF_STEP
         names = ", ".join(b["id"] for b in sized)
         return _symmetric(
-            term, half, "calibrated", f"calibrated by {names} of this release and shape: the fit's residual "
-            f"there, +/- {_mib(half)}"
+            term,
+            half,
+            "calibrated",
+            f"calibrated by {names} of this release and shape: the fit's residual there, +/- {_mib(half)}",
         )
     from glmlaunch.config.checkpoints import checkpoint_name
 
@@ -170,21 +173,30 @@ def overhead_band(
     if rig and cfg.release_effective in releases:
         t = _transfer(prefix + "shape")
         return _symmetric(
-            term, int(t["half_width_bytes"]), "transferred", f"fitted on other shapes of "
+            term,
+            int(t["half_width_bytes"]),
+            "transferred",
+            f"fitted on other shapes of "
             f"{cfg.release_effective}: the largest error of that transfer on the leave-one-shape-out, "
-            f"+/- {_mib(int(t['half_width_bytes']))} ({len(t['cases'])} cases)"
+            f"+/- {_mib(int(t['half_width_bytes']))} ({len(t['cases'])} cases)",
         )
     t = _transfer(prefix + "release")
     half = int(t["half_width_bytes"])
     if rig:
         return _symmetric(
-            term, half, "transferred", f"no boot of {cfg.release_effective or 'this release'} is on record: "
+            term,
+            half,
+            "transferred",
+            f"no boot of {cfg.release_effective or 'this release'} is on record: "
             f"the largest error of the transfer from other releases on the leave-one-release-out, "
-            f"+/- {_mib(half)} ({len(t['cases'])} cases)"
+            f"+/- {_mib(half)} ({len(t['cases'])} cases)",
         )
     return _symmetric(
-        term, half, "estimated", f"no boot of this GPU is on record (built-in defaults): the largest "
-        f"transfer error measured on the rig's boots, +/- {_mib(half)}, unmeasured here"
+        term,
+        half,
+        "estimated",
+        f"no boot of this GPU is on record (built-in defaults): the largest "
+        f"transfer error measured on the rig's boots, +/- {_mib(half)}, unmeasured here",
     )
 
 
@@ -193,27 +205,33 @@ def u_pre_band(cfg: DeploymentConfig, *, records: tuple[str, ...], rig: bool) ->
     term = "U_pre"
     if records:
         return _symmetric(
-            term, LOG_HALF_STEP, "calibrated",
+            term,
+            LOG_HALF_STEP,
+            "calibrated",
             f"read from the boot on record ({records[0][:12]}) to 0.01 GiB (+/- {_mib(LOG_HALF_STEP)})",
         )
     t = _transfer("u_pre")
-    same = [
-        c for c in t["cases"] if c["release"] == cfg.release_effective and c["dcp"] == cfg.parallel.dcp
-    ]
+    same = [c for c in t["cases"] if c["release"] == cfg.release_effective and c["dcp"] == cfg.parallel.dcp]
     if rig and same:
         half = int(t["half_width_bytes"]) + LOG_HALF_STEP
         return _symmetric(
-            term, half, "transferred", f"fitted on the logs of {cfg.release_effective} DCP{cfg.parallel.dcp}"
-            f" that state T - F0: the largest leave-one-out error, +/- {_mib(half)}"
+            term,
+            half,
+            "transferred",
+            f"fitted on the logs of {cfg.release_effective} DCP{cfg.parallel.dcp}"
+            f" that state T - F0: the largest leave-one-out error, +/- {_mib(half)}",
         )
     # nothing measured T - F0 here: the difference the logs that state it show between two builds and
     # shapes is the only measured variation of it
     half = int(t["spread_bytes"]) + LOG_HALF_STEP
     stated = sorted({f"{c['release'] or 'an unnamed build'} DCP{c['dcp']}" for c in t["cases"]})
     return _symmetric(
-        term, half, "estimated", f"no allowed boot states T - F0 at {cfg.release_effective or 'this release'}"
+        term,
+        half,
+        "estimated",
+        f"no allowed boot states T - F0 at {cfg.release_effective or 'this release'}"
         f" DCP{cfg.parallel.dcp} (only {', '.join(stated)}): their spread across builds, +/- {_mib(half)}, "
-        "stands in unmeasured"
+        "stands in unmeasured",
     )
 
 
@@ -233,13 +251,19 @@ def weights_band(w_source: str, *, absorbed_by: str | None = None) -> TermBand:
         t = _transfer("w_release")
         half = int(t["half_width_bytes"])
         return _symmetric(
-            "W", half, "transferred", f"W is an estimate built on another release's or setting's figure: "
+            "W",
+            half,
+            "transferred",
+            f"W is an estimate built on another release's or setting's figure: "
             f"one checkpoint's documented W differs across releases and builds by up to {_mib(half)}",
         )
     t = _transfer("w_estimate")
     half = int(t["half_width_bytes"])
     return _symmetric(
-        "W", half, "estimated", f"W is a built-in default: a documented W predicted from the nearest other "
+        "W",
+        half,
+        "estimated",
+        f"W is a built-in default: a documented W predicted from the nearest other "
         f"documented bit rate is off by up to {_mib(half)}",
     )
 

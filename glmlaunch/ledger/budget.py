@@ -253,8 +253,8 @@ def compute_budget(
             )
         if rt_rng[0] < min_rt:
             band_cautions.append(
-                f"the runtime margin is {runtime_margin:,} B at the figures but {rt_rng[0]:,} B at the band's "
-                f"low edge (< memory.min_runtime_margin {min_rt:,} B); widened by {wide}"
+                f"the runtime margin is {runtime_margin:,} B at the figures but {rt_rng[0]:,} B at the "
+                f"band's low edge (< memory.min_runtime_margin {min_rt:,} B); widened by {wide}"
             )
     # The recommendations keep both margins at the band's low edge where no boot covered the shape: U_pre at
     # its largest, and (a pool of fixed size no longer absorbing them) W + P + N + G_e at theirs.

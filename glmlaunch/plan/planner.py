@@ -382,7 +382,8 @@ class VerdictDoc(_Doc):
         "low edge (ok stays true; plan --strict exits 7)",
     )
     covered_by: list[str] = Field(
-        default=[], description="the boots of this release and shape on record (empty: the shape is not covered)"
+        default=[],
+        description="the boots of this release and shape on record (empty: the shape is not covered)",
     )
     band: str = Field(
         default="",

@@ -395,8 +395,10 @@ def render_plan(
             warn(f"caution: {caution}")
         if strict:
             raise StrictWarningsError(
-                "plan verdict is a caution (ok at the figures, not at the band's low edge) and --strict was given",
-                hint="a boot of this shape narrows the band: glmlaunch serve --supervise, or calibrate ingest its log",
+                "plan verdict is a caution (ok at the figures, not at the band's low edge) and --strict "
+                "was given",
+                hint="a boot of this shape narrows the band: glmlaunch serve --supervise, or calibrate "
+                "ingest its log",
             )
 
 

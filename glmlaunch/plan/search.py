@@ -111,6 +111,11 @@ class Knob:
 FLOOR_BLOCKERS: frozenset[str] = frozenset({"no-kv", "request-fit"})
 
 
+def _decisive_margin(b: Budget) -> int:
+    """The margin a search value must keep: the figure's on a covered shape, else the band's low edge."""
+    return b.margin if b.band.covered else b.margin_range[0]
+
+
 def band_blocker(b: Budget) -> str:
     """Why a budget that is ok at its figures fails at the band's low edge ("" when it holds there, or when
     a boot covered the shape: its figures are calibrated, the verdict's rule)."""
@@ -261,8 +266,7 @@ class Evaluator:
         # the margins a value must keep are the band's low edge (ledger/band.py) where no boot covered the
         # shape: the search never picks a value that holds only at the figures there
         checks = tuple(
-            RankCheck(name, p.budget, p.budget.margin if p.budget.band.covered else p.budget.margin_range[0], p.verdict)
-            for name, p in plans
+            RankCheck(name, p.budget, _decisive_margin(p.budget), p.verdict) for name, p in plans
         )
         budgets = [c.budget for c in checks]
         blockers: list[tuple[str, str]] = []
