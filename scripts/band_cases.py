@@ -43,6 +43,8 @@ class Case:
     kv_tokens: int | None
     #: a boot that served (covers its shape); a refused one does not
     complete: bool
+    #: vLLM refused to start it (the KV budget could not hold one request)
+    refused: bool
     u_pre: int | None
     log_path: str | None
     source: str
@@ -78,6 +80,7 @@ def cases() -> tuple[Case, ...]:
                 version=pt.vllm_version,
                 kv_tokens=tokens if tokens and not pinned and not boot.refused else None,
                 complete=bool(boot.complete and not boot.refused),
+                refused=bool(boot.refused),
                 u_pre=pt.u_pre,
                 log_path=str(path),
                 source=f"tests/fixtures/boot-logs/{path.name}",
@@ -94,6 +97,7 @@ def cases() -> tuple[Case, ...]:
                     version=None,
                     kv_tokens=b.kv_tokens if sized_pool(b) else None,
                     complete=b.status == "complete",
+                    refused=b.status == "refused",
                     u_pre=None,
                     log_path=None,
                     source=b.source,

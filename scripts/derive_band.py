@@ -4,7 +4,7 @@
 .venv/bin/python scripts/derive_band.py            # rewrite the file
 .venv/bin/python scripts/derive_band.py --check    # exit 1 if the file is out of date
 
-What it writes (ledger/band.py reads it; docs/memory-model.md, "The band"):
+What it writes (ledger/band.py reads it; docs/memory-model.md §11):
 
 * ``boots``: every allowed boot that served (the shared logs, the appliance's documented capacities, the
   README's figures; scripts/band_cases.py) with its shape key and, where vLLM sized its pool from memory,

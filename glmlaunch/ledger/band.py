@@ -1,6 +1,6 @@
 """The band: how far each budget term may be from its figure, and so the range of KV tokens and margins.
 
-Every term's uncertainty comes from how the figure was obtained (docs/memory-model.md, "The band"):
+Every term's uncertainty comes from how the figure was obtained (docs/memory-model.md §11):
 
 * **exact**: from code (a formula, the profile's explicit figure): no width;
 * **calibrated**: a boot of this release and shape is on record (``covered``): the residual the shipped
@@ -107,8 +107,7 @@ def shape_text(cfg: DeploymentConfig) -> str:
 
 def key_json(cfg: DeploymentConfig) -> list[Any]:
     """:func:`shape_key` as the facts file stores it."""
-    k = shape_key(cfg)
-    return [*k[:-1], list(k[-1])]  # type: ignore[list-item]
+    return [*shape_key(cfg)[:-1], list(cfg.capture_sizes())]
 
 
 @lru_cache(maxsize=1)

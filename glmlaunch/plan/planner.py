@@ -288,7 +288,7 @@ class BudgetDoc(_Doc):
         0,
         description="the tokens that GMU's natural pool holds (less than max_model_len: only a pin fixes it)",
     )
-    # Added in version 1 (compatible): the band (docs/memory-model.md, "The band").
+    # Added in version 1 (compatible): the band (docs/memory-model.md §11).
     kv_tokens_range: list[int] = Field(
         default=[0, 0], description="[low, high]: kv_tokens at the band's pessimistic and optimistic edges"
     )
