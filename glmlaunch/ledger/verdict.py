@@ -213,7 +213,7 @@ class Verdict:
         """One line: status, the blocker (or the figures when ok), the confidence."""
         head = self.blocked_text() if self.blockers else self.facts()
         if self.caution:
-            head = "caution: " + "; ".join(self.budget.band_cautions) + "; " + head
+            head = "; ".join(self.budget.band_cautions) + "; " + head
         return f"{self.status}: {head}; confidence {self.confidence_text()}"
 
     def to_json(self) -> dict[str, Any]:

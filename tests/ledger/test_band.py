@@ -86,6 +86,16 @@ def test_an_uncovered_shape_with_a_thin_margin_is_a_caution_and_exit_7_under_str
     assert text.returncode == 0 and "verdict: caution" in text.stdout and "band [" in text.stdout
 
 
+def test_check_shows_the_caution_as_a_warning_and_strict_fails_it(clean_env: dict[str, str]) -> None:
+    inv = FIXTURES / "inventories" / "rtxpro6000x4.json"
+    args = ["check", "-p", "exl3-tr3-3.42bpw", "--set", UNCOVERED_THIN[0], "--inventory", str(inv), "--json"]
+    done = run_cli(*args, env=clean_env)
+    assert done.returncode == 0, done.stderr
+    row = next(r for r in json.loads(done.stdout)["results"] if r["name"] == "memory_verdict")
+    assert row["status"] == "WARN" and row["details"]["verdict"]["status"] == "caution"
+    assert run_cli(*args, "--strict", env=clean_env).returncode == 7
+
+
 def test_a_covered_shape_is_never_a_caution_even_where_its_low_edge_is_thin() -> None:
     # upstream served the 3.42 bpw pin at r28 (r28-3.42-k6-pin2032): 14.66 MiB of runtime margin at the
     # figures, rather less at the low edge of U_pre, which no r28 boot states
