@@ -143,7 +143,21 @@ class Verdict:
         lo, hi = b.kv_tokens_range
         head = f"band: KV {lo:,}..{hi:,} tokens"
         if band.covered:
-            return f"{head}, covered by {', '.join(band.covered_by[:3])} (a boot of this release and shape)"
+            text = f"{head}, covered by {', '.join(band.covered_by[:3])} (a boot of this release and shape)"
+            thin = [
+                f"{what} {format_size(low)}"
+                for what, low, floor in (
+                    ("the margin", b.margin_range[0], b.min_margin),
+                    ("the runtime margin", b.runtime_margin_range[0], b.min_runtime_margin),
+                )
+                if low < floor
+            ]
+            if thin:
+                # the boot vouches for the shape; what its record does not state still widens the band
+                widening = ", ".join(f"{t.term} +/- {format_size(t.high)} ({t.kind})" for t in band.wide)
+                low = " and ".join(thin)
+                text += f"; at the low edge {low} (widened by {widening}): the boot's figures decide"
+            return text
         wide = [t for t in band.wide if t.kind != "calibrated"]
         if not wide:
             return head
