@@ -8,6 +8,7 @@ with the rig defaults alone (an empty store). Every step is the real CLI in a su
 
     .venv/bin/python bench/calibration_accuracy.py [--json]
     .venv/bin/python bench/calibration_accuracy.py --documented [--json]   # the appliance's capacities
+    .venv/bin/python bench/calibration_accuracy.py --band [--json]   # leave-one-shape/release-out, the band
 
 Caveat printed with the results: the shipped rig defaults were fitted on all five logs, so where a term is
 not identified by the other records (e.g. W with MTP off when only MTP-on boots remain) the default that
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the rig defaults' fit and the documented boots are build-time modules of scripts/, not of the package
@@ -216,13 +218,134 @@ def documented_capacities() -> list[dict[str, object]]:
     return rows
 
 
+#: the population each held-out case's band is drawn from (scripts/derive_band.py's transfer kinds)
+def _population(row: object) -> str:
+    case = row.case  # type: ignore[attr-defined]
+    own = "own_offsets_" if case.origin == "readme" else ""
+    return own + ("shape" if row.transfer == "shape" else "release")  # type: ignore[attr-defined]
+
+
+def band_cases() -> dict[str, Any]:
+    """Leave-one-shape-out and leave-one-release-out over every allowed boot (scripts/band_cases.py), each
+    case's error and whether the band covers it.
+
+    Two bands: the shipped one (``shipped``: the transfer band of the case's kind as band_facts.json
+    holds it, which measured this very case too, plus the plan's W band: in sample, it covers every case
+    whose kind has it as its largest error) and the honest one (``nested``: that half-width re-taken over
+    the *other* cases of the kind), as a plan of that shape would have had without this boot anywhere."""
+    from band_cases import cases, leave_out
+
+    from glmlaunch.ledger.band import facts
+    from glmlaunch.ledger.budget import band_over
+
+    shipped_half = {k: int(v["half_width_bytes"]) for k, v in facts()["transfer"].items()}
+
+    out: dict[str, Any] = {}
+    rows_all = {mode: leave_out(mode) for mode in ("shape", "release")}
+    table: list[dict[str, object]] = []
+    for rows in rows_all.values():
+        pops: dict[str, list[tuple[str, int]]] = {}
+        for r in rows:
+            pops.setdefault(_population(r), []).append((r.case.id, abs(r.error_bytes)))
+        for r in rows:
+            others = [e for i, e in pops[_population(r)] if i != r.case.id]
+            # kinds measured on this case alone have no other case: the other mode's population stands in
+            if not others:
+                alt = [abs(x.error_bytes) for x in rows if x.case.id != r.case.id]
+                others = alt
+            w = r.budget.band.term("W")
+            half = max(others) + w.high
+            whole = shipped_half[_population(r)] + w.high
+            dcp = r.case.config.parallel.dcp
+            per = r.budget.kv_bytes_per_token
+
+            def tokens(b: int, per: int = per, dcp: int = dcp) -> int:
+                return max(0, b) // (64 * per) * 64 * dcp
+
+            table.append(
+                {
+                    **r.to_json(),
+                    "population": _population(r),
+                    "shipped_band": [tokens(r.budget.kv - whole), tokens(r.budget.kv + whole)],
+                    "plan_band_covers": abs(r.error_bytes) <= whole,
+                    "nested_band": [tokens(r.budget.kv - half), tokens(r.budget.kv + half)],
+                    "nested_half_width_bytes": half,
+                    "nested_band_covers": abs(r.error_bytes) <= half,
+                    "band_over_bytes": list(band_over(r.budget.band)),
+                }
+            )
+    summary: dict[str, object] = {}
+    for mode in ("shape", "release", "all"):
+        sel = [t for t in table if mode == "all" or t["mode"] == mode]
+        errs = [abs(float(t["error"])) for t in sel]  # type: ignore[arg-type]
+        summary[mode] = {
+            "cases": len(sel),
+            "median_abs_kv_tokens_error": statistics.median(errs),
+            "max_abs_kv_tokens_error": max(errs),
+            "plan_band_covers": sum(bool(t["plan_band_covers"]) for t in sel) / len(sel),
+            "nested_band_covers": sum(bool(t["nested_band_covers"]) for t in sel) / len(sel),
+        }
+    refused = [c for c in cases() if c.origin == "log" and c.refused]
+    verdicts = []
+    from band_cases import model_without, predict, shape_of
+
+    for c in refused:
+        for mode in ("shape", "release"):
+            key = shape_of(c) if mode == "shape" else c.release
+            gone = {o.id for o in cases() if (shape_of(o) if mode == "shape" else o.release) == key}
+            b = predict(model_without(gone), c)
+            verdicts.append({"id": c.id, "mode": mode, "predicted": b.verdict, "fits": b.request_fits})
+    out["rows"] = table
+    out["summary"] = summary
+    out["refused"] = verdicts
+    return out
+
+
+def print_band(res: dict[str, Any]) -> None:
+    print(
+        "| mode (band kind) | boot | origin | release | logged KV tokens | predicted | error | shipped band "
+        "| covers | band without this boot | covers |"
+    )
+    print("|" + "---|" * 11)
+    for t in res["rows"]:
+        lo, hi = t["shipped_band"]
+        nlo, nhi = t["nested_band"]
+        print(
+            f"| {t['mode']} ({t['population']}) | {t['id']} | {t['origin']} | {t['release']} | "
+            f"{t['logged']:,} | {t['predicted']:,} | {float(t['error']) * 100:+.2f} % | "
+            f"{lo:,}..{hi:,} | {'yes' if t['plan_band_covers'] else 'no'} | {nlo:,}..{nhi:,} | "
+            f"{'yes' if t['nested_band_covers'] else 'no'} |"
+        )
+    for mode, sm in res["summary"].items():
+        med, top = sm["median_abs_kv_tokens_error"] * 100, sm["max_abs_kv_tokens_error"] * 100
+        print(
+            f"\n{mode}: {sm['cases']} cases, median |KV tokens error| {med:.2f} %, max {top:.2f} %, the "
+            f"shipped band covers {sm['plan_band_covers'] * 100:.0f} %, the band without the boot covers "
+            f"{sm['nested_band_covers'] * 100:.0f} %"
+        )
+    for v in res["refused"]:
+        print(f"refused boot {v['id']} ({v['mode']} out): predicted {v['predicted']}, fits {v['fits']}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
+        "--band",
+        action="store_true",
+        help="leave-one-shape-out and leave-one-release-out over every allowed boot, with the band",
+    )
+    parser.add_argument(
         "--documented", action="store_true", help="only the appliance's documented capacities (data/upstream)"
     )
     args = parser.parse_args()
+    if args.band:
+        res = band_cases()
+        if args.json:
+            print(json.dumps(res, indent=1))
+            return 0
+        print_band(res)
+        return 0
     if args.documented:
         docs = documented_capacities()
         if args.json:

@@ -896,6 +896,7 @@ LibraryOpt = Annotated[
         glmlaunch plan -p gate --set comm.dcp_a2a_max_tokens=16 --gpu-memory 96GiB
         glmlaunch plan -p turnkey --explain dcp_a2a.slab.capture
         glmlaunch plan -p turnkey --svg turnkey.svg --json
+        glmlaunch plan -p turnkey --strict
     """,
 )
 def plan_cmd(
@@ -911,13 +912,17 @@ def plan_cmd(
         Path | None, typer.Option("--svg", metavar="FILE", help="also write the per-GPU memory map as SVG")
     ] = None,
     library: LibraryOpt = "builtin",
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="a caution (ok at the figures, not at the band's low edge) exits 7"),
+    ] = False,
 ) -> None:
     """Every allocation per GPU rank, the KV budget and the margin verdict (exit 4 when it fails)."""
     from glmlaunch.plan.planner import plan_profile
     from glmlaunch.plan.render import render_plan
 
     result = plan_profile(profile, set_ or [], gpu_memory=gpu_memory, library=library)
-    render_plan(result, as_json=json_, explain=explain, svg=svg)
+    render_plan(result, as_json=json_, explain=explain, svg=svg, strict=strict)
 
 
 @app.command(

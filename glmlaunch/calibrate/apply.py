@@ -160,8 +160,11 @@ def calibration_for(config: DeploymentConfig, *, store: Store | None = None) -> 
         (r for r in loaded.records if learned.used and r.record_id[:12] == learned.used[0][:12]), None
     )
     used = {u[:12] for u in learned.used}
+    applied = [r for r in loaded.records if r.record_id[:12] in used]
     cal = replace(
-        cal, covered_terms=covered_terms(config, [r for r in loaded.records if r.record_id[:12] in used])
+        cal,
+        covered_terms=covered_terms(config, applied),
+        covering_records=covering_records(config, applied),
     )
     evidence = runtime_evidence(config, loaded.records)
     return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped, evidence)
@@ -199,6 +202,21 @@ def covered_terms(config: DeploymentConfig, records: list[Calibration]) -> tuple
         for term, keys in COVERAGE_KEYS.items()
         if any(all(_setting(c, k) == _setting(config, k) for k in keys) for c in same_release)
     )
+
+
+def covering_records(config: DeploymentConfig, records: list[Calibration]) -> tuple[str, ...]:
+    """The records whose boot ran ``config``'s release and shape (ledger/band.py's coverage key) and
+    served: they calibrate the band to their logs' precision."""
+    from glmlaunch.calibrate.learn import record_config
+    from glmlaunch.ledger.band import shape_key
+
+    want = shape_key(config)
+    out = []
+    for r in records:
+        own = record_config(r)
+        if own is not None and r.boot.complete and not r.boot.refused and shape_key(own) == want:
+            out.append(r.record_id)
+    return tuple(out)
 
 
 def runtime_evidence(config: DeploymentConfig, records: tuple[Calibration, ...]) -> Evidence:

@@ -28,6 +28,7 @@ from typing import Literal, NamedTuple
 
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger import kv_cache
+from glmlaunch.ledger.band import EXACT, Band, band_for
 from glmlaunch.ledger.model import Ledger, Origin, Terms
 from glmlaunch.ledger.terms import budget_terms, gate_bytes, kv_bytes, terms
 
@@ -94,6 +95,19 @@ class Budget(NamedTuple):
     #: where loading holds nothing beside the weights that the ledger charges
     load_peak: int = 0
     load_margin: int | None = None
+    #: the band (ledger/band.py): each figure at the pessimistic and the optimistic edge of its terms'
+    #: uncertainty, as (low, high); low <= the figure <= high
+    band: Band = EXACT
+    kv_tokens_range: tuple[int, int] = (0, 0)
+    margin_range: tuple[int, int] = (0, 0)
+    runtime_margin_range: tuple[int, int] = (0, 0)
+    #: why an `ok` is a caution: no boot covered the shape and a margin fails at the band's low edge
+    band_cautions: tuple[str, ...] = ()
+
+    @property
+    def caution(self) -> bool:
+        """`ok` at the figures, but not at the band's pessimistic edge on a shape no boot covered."""
+        return self.verdict == "ok" and bool(self.band_cautions)
 
     @property
     def terms(self) -> dict[str, int]:
@@ -152,14 +166,17 @@ def compute_budget(
     runtime_margin = margin - runtime_peak
     min_rt = config.memory.min_runtime_margin
     deciding = demand.deciding(margin)
-    blocks_rec, context_rec = _recommend_blocks(config, per_token, margin + kv, runtime_peak + min_rt)
     keep = max(runtime_peak + min_rt, config.memory.min_margin)
-    gmu_rec = _recommend_gmu(f0, t.x, total, keep, budgeted_rest, kv_cache.KV_BLOCK * per_token)
-    # the KV size that leaves both the minimum margin and the runtime demand (floored to 1 MiB)
-    recommended = (f0 - budgeted_rest - t.x - keep) // MIB * MIB
     from glmlaunch.ledger.weights import decide_for
 
     w_source = decide_for(config, inputs).source
+    band = band_for(
+        config,
+        w_source=w_source,
+        rig=inputs.calibrated and inputs.origin in ("calibrated", "rig-default"),
+        records=inputs.covering_records,
+    )
+    kv_rng, margin_rng, rt_rng = _ranges(config, band, t, gate, f0, per_token, pinned, runtime_peak)
     # W from the profile, a boot, the documented table or an estimate built on them is good to decide with;
     # so is a formula's KV record size. A search that treated estimates as unknowable would grow
     # max_num_batched_tokens until the KV cache held a few MiB. Only the built-in fallback W is not.
@@ -226,6 +243,30 @@ def compute_budget(
         )
     else:
         verdict = "ok"
+    band_cautions: list[str] = []
+    if verdict == "ok" and not band.covered:
+        wide = ", ".join(x.term for x in band.wide) or "none"
+        if margin_rng[0] < config.memory.min_margin:
+            band_cautions.append(
+                f"the margin is {margin:,} B at the figures but {margin_rng[0]:,} B at the band's low edge "
+                f"(< memory.min_margin {config.memory.min_margin:,} B); widened by {wide}"
+            )
+        if rt_rng[0] < min_rt:
+            band_cautions.append(
+                f"the runtime margin is {runtime_margin:,} B at the figures but {rt_rng[0]:,} B at the "
+                f"band's low edge (< memory.min_runtime_margin {min_rt:,} B); widened by {wide}"
+            )
+    # The recommendations keep both margins at the band's low edge where no boot covered the shape: U_pre at
+    # its largest, and (a pool of fixed size no longer absorbing them) W + P + N + G_e at theirs.
+    # On a covered shape the figures are calibrated by a boot of it: the band shows what its precision leaves
+    # and decides nothing (as the verdict).
+    u_hi, over_hi = (0, 0) if band.covered else (band.term("U_pre").high, band_over(band)[1])
+    f0_low = f0 - u_hi
+    fixed_low = f0_low - budgeted_rest - over_hi - t.x
+    blocks_rec, context_rec = _recommend_blocks(config, per_token, fixed_low, runtime_peak + min_rt)
+    gmu_rec = _recommend_gmu(f0_low, t.x, total, keep, budgeted_rest + over_hi, kv_cache.KV_BLOCK * per_token)
+    # the KV size that leaves both the minimum margin and the runtime demand (floored to 1 MiB)
+    recommended = (fixed_low - keep) // MIB * MIB
     return Budget(
         total=total,
         used_by_others=used_by_others,
@@ -270,7 +311,52 @@ def compute_budget(
         ),
         load_peak=0 if load is None else load.peak_bytes,
         load_margin=load_margin,
+        band=band,
+        kv_tokens_range=kv_rng,
+        margin_range=margin_rng,
+        runtime_margin_range=rt_rng,
+        band_cautions=tuple(band_cautions),
     )
+
+
+def band_over(band: Band) -> tuple[int, int]:
+    """How far W + P + N + G_e may be below and above the figures."""
+    w, o = band.term("W"), band.term("P+N+G_e")
+    return w.low + o.low, w.high + o.high
+
+
+def _ranges(
+    config: DeploymentConfig,
+    band: Band,
+    t: Terms,
+    gate: int,
+    f0: int,
+    per_token: int,
+    pinned: int | None,
+    runtime_peak: int,
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """(KV tokens, margin, runtime margin) at the band's pessimistic and optimistic edges.
+
+    Larger W, P, N, G_e leave a smaller natural pool (and, with a pool of fixed size, a smaller margin);
+    a larger U_pre leaves less free memory at startup. A natural pool absorbs the first, so its margin
+    moves with U_pre alone."""
+    below, above = band_over(band)
+    u = band.term("U_pre")
+    rest = t.w + t.p + t.n + t.g_e
+    dcp = config.parallel.dcp
+
+    def edge(over: int, u_pre_delta: int) -> tuple[int, int]:
+        terms_at = rest + over
+        # unclamped: where no pool is left vLLM refuses (the request fit says so), the margin is what
+        # the gate leaves either way
+        natural = pinned if pinned is not None else gate - terms_at
+        kv = kv_cache.pool_bytes(config, per_token, natural)
+        margin = f0 - u_pre_delta - terms_at - kv - t.x
+        return kv_cache.tokens_for(max(0, kv), per_token, dcp), margin
+
+    tok_lo, margin_lo = edge(above, u.high)
+    tok_hi, margin_hi = edge(-below, -u.low)
+    return (tok_lo, tok_hi), (margin_lo, margin_hi), (margin_lo - runtime_peak, margin_hi - runtime_peak)
 
 
 def _recommend_blocks(

@@ -65,6 +65,9 @@ class LedgerInputs:
     #: verdict calls only those `record`; the others are fitted on other settings: estimates). None: not
     #: known (a hand-built calibration), every modelled term counts as recorded
     covered_terms: tuple[str, ...] | None = None
+    #: the ingested boots of this release that ran this very shape (ledger/band.py's coverage key): the
+    #: band is then the precision of their logs
+    covering_records: tuple[str, ...] = ()
     #: the checkpoint on disk (None: not looked up, or nothing of it there); not calibration: it travels
     #: with the inputs so a fix or a search step of the same checkpoint prices W as the plan did
     checkpoint: CheckpointOnDisk | None = None

@@ -5,7 +5,9 @@ This module turns one budget into the verdict every command prints, ``plan``, ``
 ``memory_verdict`` row), ``serve`` (its plan stage) and ``calibrate search``, in text and JSON, so they
 cannot disagree on the same figures:
 
-* **status**: the budget's (``ok``, ``below-margin``, ``runtime-oom``, ``oom-risk``, ``refused``);
+* **status**: the budget's (``ok``, ``below-margin``, ``runtime-oom``, ``oom-risk``, ``refused``), or
+  ``caution``: ``ok`` at the figures, but no boot covered the shape and a margin fails at the band's
+  pessimistic edge (:mod:`.band`); ``ok`` stays true, ``--strict`` exits 7;
   ``runtime-oom``: vLLM boots, then the promised load (one max_model_len prefill beside max_num_seqs - 1
   decodes) needs more than the memory left after startup (the runtime demand, :mod:`.demand`);
 * **blockers**: every constraint that fails, in vLLM's order (start gate, no KV memory, one
@@ -78,7 +80,12 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        """The launch is not blocked (``ok``, or a ``caution`` that holds at the figures)."""
+        return self.status in ("ok", "caution")
+
+    @property
+    def caution(self) -> bool:
+        return self.status == "caution"
 
     @property
     def blocker(self) -> Blocker | None:
@@ -125,9 +132,43 @@ class Verdict:
         return ("KV bytes/token",) if self.budget.kv_pinned else ("W", "P", "N", "G_e", "KV bytes/token")
 
     def confidence_line(self) -> str:
-        """``confidence: …``, with how to confirm it when it is not confirmed yet."""
+        """``confidence: …``, with how to confirm it when it is not confirmed yet, and the band."""
         hint = "" if self.confidence == "confirmed" else f"; {CONFIRM_HINT}"
-        return f"confidence: {self.confidence_text()}{hint}"
+        return f"confidence: {self.confidence_text()}{hint}; {self.band_text()}"
+
+    def band_text(self) -> str:
+        """Which terms make the band wide and which one boot would narrow it."""
+        b = self.budget
+        band = b.band
+        lo, hi = b.kv_tokens_range
+        head = f"band: KV {lo:,}..{hi:,} tokens"
+        if band.covered:
+            text = f"{head}, covered by {', '.join(band.covered_by[:3])} (a boot of this release and shape)"
+            thin = [
+                f"{what} {format_size(low)}"
+                for what, low, floor in (
+                    ("the margin", b.margin_range[0], b.min_margin),
+                    ("the runtime margin", b.runtime_margin_range[0], b.min_runtime_margin),
+                )
+                if low < floor
+            ]
+            if thin:
+                # the boot vouches for the shape; what its record does not state still widens the band
+                widening = ", ".join(f"{t.term} +/- {format_size(t.high)} ({t.kind})" for t in band.wide)
+                low = " and ".join(thin)
+                text += f"; at the low edge {low} (widened by {widening}): the boot's figures decide"
+            return text
+        wide = [t for t in band.wide if t.kind != "calibrated"]
+        if not wide:
+            return head
+        terms = "; ".join(f"{t.term} +/- {format_size(max(t.low, t.high))} ({t.kind})" for t in wide)
+        short = ""
+        if lo < self.max_model_len <= b.kv_tokens:
+            short = f"; at the low edge one {self.max_model_len:,}-token request may not fit"
+        return (
+            f"{head}, wide by {terms}{short}; one boot of {band.shape} narrows it "
+            "(glmlaunch serve --supervise learns it, or calibrate ingest its log)"
+        )
 
     def runtime_facts(self) -> str:
         """The runtime margin and the transient that decides it: ``runtime margin 16.50 MiB after …``."""
@@ -185,6 +226,8 @@ class Verdict:
     def summary(self) -> str:
         """One line: status, the blocker (or the figures when ok), the confidence."""
         head = self.blocked_text() if self.blockers else self.facts()
+        if self.caution:
+            head = "; ".join(self.budget.band_cautions) + "; " + head
         return f"{self.status}: {head}; confidence {self.confidence_text()}"
 
     def to_json(self) -> dict[str, Any]:
@@ -209,6 +252,9 @@ class Verdict:
                 "deciding": b.runtime_deciding or None,
             },
             "summary": self.summary(),
+            "band_cautions": list(b.band_cautions),
+            "covered_by": list(b.band.covered_by),
+            "band": self.band_text(),
         }
 
 
@@ -339,7 +385,7 @@ def judge(config: DeploymentConfig, ledger: Ledger, budget: Budget) -> Verdict:
     term is known)."""
     blockers = tuple(_blockers(config, budget))
     return Verdict(
-        status=budget.verdict,
+        status="caution" if budget.caution else budget.verdict,
         budget=budget,
         max_model_len=config.scheduler.max_model_len,
         blockers=blockers,

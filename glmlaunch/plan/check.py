@@ -77,8 +77,10 @@ def memory_row(plan: Plan) -> CheckResult:
     status: Status = "OK"
     if not verdict.ok:
         status = "FAIL"
-    elif budget.cautions:
-        message += "; " + "; ".join(budget.cautions)
+    elif budget.cautions or verdict.caution:
+        # a band caution is in the verdict's summary already
+        if budget.cautions:
+            message += "; " + "; ".join(budget.cautions)
         status = "WARN"
     return CheckResult(
         name="memory_verdict", status=status, message=message, details=details, fail_code=ExitCode.MARGIN

@@ -288,6 +288,20 @@ class BudgetDoc(_Doc):
         0,
         description="the tokens that GMU's natural pool holds (less than max_model_len: only a pin fixes it)",
     )
+    # Added in version 1 (compatible): the band (docs/memory-model.md §11).
+    kv_tokens_range: list[int] = Field(
+        default=[0, 0], description="[low, high]: kv_tokens at the band's pessimistic and optimistic edges"
+    )
+    margin_bytes_range: list[int] = Field(default=[0, 0], description="[low, high] of margin_bytes")
+    runtime_margin_bytes_range: list[int] = Field(
+        default=[0, 0], description="[low, high] of runtime_margin_bytes"
+    )
+    band: dict[str, Any] = Field(
+        default={},
+        description="covered (a boot of this release and shape is on record), covered_by (its ids), shape, "
+        "and terms: per W, P+N+G_e and U_pre its kind (exact, calibrated, transferred, estimated), "
+        "low_bytes, high_bytes and why",
+    )
 
 
 class RuntimeDoc(_Doc):
@@ -324,8 +338,8 @@ class BlockerDoc(_Doc):
 class VerdictDoc(_Doc):
     """The one memory verdict (glmlaunch.ledger.verdict): the same object in plan, check, serve and search."""
 
-    status: str = Field(description="ok, below-margin, runtime-oom, oom-risk or refused")
-    ok: bool = Field(description="status is ok")
+    status: str = Field(description="ok, caution, below-margin, runtime-oom, oom-risk or refused")
+    ok: bool = Field(description="status is ok or caution (ok at the figures, not at the band's low edge)")
     reasons: list[str] = Field(description="the budget's reasons for a status other than ok")
     # Added in version 1 (compatible): findings that rest on defaults or estimates and so do not
     # decide the status, e.g. a max_model_len request that may not fit the KV budget.
@@ -361,6 +375,20 @@ class VerdictDoc(_Doc):
         "runs out first, or the largest)",
     )
     summary: str = Field(description="the verdict as one line, as the text outputs print it")
+    # Added in version 1 (compatible): the band.
+    band_cautions: list[str] = Field(
+        default=[],
+        description="why the status is caution: no boot covered the shape and a margin fails at the band's "
+        "low edge (ok stays true; plan --strict exits 7)",
+    )
+    covered_by: list[str] = Field(
+        default=[],
+        description="the boots of this release and shape on record (empty: the shape is not covered)",
+    )
+    band: str = Field(
+        default="",
+        description="the band in words: the KV tokens range, which terms widen it and which boot narrows it",
+    )
 
 
 class SettingsDoc(_Doc):
@@ -478,6 +506,15 @@ def budget_doc(b: Budget) -> BudgetDoc:
         recommended_context_tokens=b.recommended_context_tokens,
         recommended_gpu_memory_utilization=b.recommended_gpu_memory_utilization,
         recommended_gmu_kv_tokens=b.recommended_gmu_kv_tokens,
+        kv_tokens_range=list(b.kv_tokens_range),
+        margin_bytes_range=list(b.margin_range),
+        runtime_margin_bytes_range=list(b.runtime_margin_range),
+        band={
+            "covered": b.band.covered,
+            "covered_by": list(b.band.covered_by),
+            "shape": b.band.shape,
+            "terms": {t.term: t.to_json() for t in b.band.terms},
+        },
     )
 
 

@@ -16,11 +16,11 @@ from rich.text import Text
 from glmlaunch.config.registry import GLMLAUNCH_SET
 from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.units import format_size
-from glmlaunch.errors import MarginError
+from glmlaunch.errors import MarginError, StrictWarningsError
 from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.constants import for_stack
 from glmlaunch.ledger.model import LIFETIMES, Entry, LoadPeak, RankLedger, RuntimeDemand
-from glmlaunch.output import fit, mask_secrets, note, out_console, out_json
+from glmlaunch.output import fit, mask_secrets, note, out_console, out_json, warn
 from glmlaunch.plan import memmap
 from glmlaunch.plan.advice import obstacle
 from glmlaunch.plan.planner import ProfilePlan, entry_doc, find_entry, generation_line, plan_document
@@ -39,6 +39,7 @@ _LIFETIME_TITLES = {
 }
 _VERDICT_STYLE = {
     "ok": "bold green",
+    "caution": "bold yellow",
     "below-margin": "bold yellow",
     "runtime-oom": "bold red",
     "oom-risk": "bold red",
@@ -224,11 +225,21 @@ def budget_table(b: Budget, width: int | None = None) -> Table:
         ("P", b.p, "", "profiled torch peak (activations, workspace)"),
         ("N", b.n, "", "profiled non-torch (IPC channels, NCCL lazies)"),
         ("G_e", b.g_e, "", "CUDA-graph estimate"),
-        ("KV", b.kv, "pinned" if b.kv_pinned else "", "KV cache = R - W - P - N - G_e"),
+        ("KV", b.kv, ("pinned; " if b.kv_pinned else "") + _tokens_band(b), "KV cache = R - W - P - N - G_e"),
         ("X", b.x, "", "unbudgeted"),
-        ("margin", b.margin, f"min {_size(b.min_margin)}", "F0 - (W+P+N+G_e+KV) - X: free after startup"),
+        (
+            "margin",
+            b.margin,
+            f"min {_size(b.min_margin)}; band {_band(b.margin_range)}",
+            "F0 - (W+P+N+G_e+KV) - X: free after startup",
+        ),
         ("D", b.runtime_demand, b.runtime_phase, "runtime demand: the peak phase's transients"),
-        ("runtime", b.runtime_margin, f"min {_size(b.min_runtime_margin)}", "margin - D: free at the peak"),
+        (
+            "runtime",
+            b.runtime_margin,
+            f"min {_size(b.min_runtime_margin)}; band {_band(b.runtime_margin_range)}",
+            "margin - D: free at the peak",
+        ),
     ]
     for term, value, extra, meaning in rows:
         if full:
@@ -236,6 +247,16 @@ def budget_table(b: Budget, width: int | None = None) -> Table:
         else:
             t.add_row(term, f"{value:,}", _size(value), f"{meaning} ({extra})" if extra else meaning)
     return t
+
+
+def _band(r: tuple[int, int]) -> str:
+    """``[low, high]`` of a byte figure, as sizes."""
+    return f"[{_size(r[0])}, {_size(r[1])}]"
+
+
+def _tokens_band(b: Budget) -> str:
+    lo, hi = b.kv_tokens_range
+    return f"{b.kv_tokens:,} tokens [{lo:,}, {hi:,}]"
 
 
 def _map_width(width: int | None) -> int:
@@ -288,7 +309,7 @@ def verdict_text(result: ProfilePlan) -> Text:
     if v.blockers:
         text.append(f"  {v.blocked_text()}\n", style=_VERDICT_STYLE[v.status])
     text.append(f"  {v.facts()}\n{v.confidence_line()}\n" + "\n".join(advice_lines(result)))
-    for caution in b.cautions:
+    for caution in (*b.band_cautions, *b.cautions):
         text.append(f"\n  ! {caution}", style="yellow")
     return text
 
@@ -310,7 +331,12 @@ def explain_text(e: Entry) -> str:
 
 
 def render_plan(
-    result: ProfilePlan, *, as_json: bool, explain: str | None = None, svg: Path | None = None
+    result: ProfilePlan,
+    *,
+    as_json: bool,
+    explain: str | None = None,
+    svg: Path | None = None,
+    strict: bool = False,
 ) -> None:
     ledger, budget = result.ledger, result.budget
     label = config_label(result.resolved)
@@ -381,6 +407,16 @@ def render_plan(
         out_console.print(verdict_text(result))
     if budget.verdict != "ok":
         raise MarginError(f"plan verdict {result.verdict.summary()}")
+    if result.verdict.caution:
+        for caution in budget.band_cautions:
+            warn(f"caution: {caution}")
+        if strict:
+            raise StrictWarningsError(
+                "plan verdict is a caution (ok at the figures, not at the band's low edge) and --strict "
+                "was given",
+                hint="a boot of this shape narrows the band: glmlaunch serve --supervise, or calibrate "
+                "ingest its log",
+            )
 
 
 def render_audit(result: ProfilePlan, audit: Audit, *, as_json: bool) -> None:

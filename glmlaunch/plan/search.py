@@ -111,6 +111,30 @@ class Knob:
 FLOOR_BLOCKERS: frozenset[str] = frozenset({"no-kv", "request-fit"})
 
 
+def _decisive_margin(b: Budget) -> int:
+    """The margin a search value must keep: the figure's on a covered shape, else the band's low edge."""
+    return b.margin if b.band.covered else b.margin_range[0]
+
+
+def band_blocker(b: Budget) -> str:
+    """Why a budget that is ok at its figures fails at the band's low edge ("" when it holds there, or when
+    a boot covered the shape: its figures are calibrated, the verdict's rule)."""
+    parts: list[str] = []
+    if b.band.covered:
+        return ""
+    if b.margin_range[0] < b.min_margin:
+        parts.append(
+            f"the margin at the band's low edge {format_size(b.margin_range[0])} < memory.min_margin "
+            f"{format_size(b.min_margin)}"
+        )
+    if b.runtime_margin_range[0] < b.min_runtime_margin:
+        parts.append(
+            f"the runtime margin at the band's low edge {format_size(b.runtime_margin_range[0])} < "
+            f"memory.min_runtime_margin {format_size(b.min_runtime_margin)}"
+        )
+    return "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class RankCheck:
     rank: str
@@ -140,8 +164,8 @@ class Evaluation:
 
     @property
     def feasible(self) -> bool:
-        """Exactly the verdict's ``ok`` (on every rank): what ``plan`` says of the same configuration."""
-        return all(r.verdict.ok for r in self.ranks)
+        """The verdict's ``ok`` on every rank, and at the band's low edge too (a caution is not feasible)."""
+        return all(r.verdict.ok for r in self.ranks) and not any(i == "band" for i, _ in self.blockers)
 
     @property
     def floor_ok(self) -> bool:
@@ -239,7 +263,11 @@ class Evaluator:
         if self.limits is not None:
             self.limits.before_evaluation()
         plans = self._rank_budgets(config)
-        checks = tuple(RankCheck(name, p.budget, p.budget.margin, p.verdict) for name, p in plans)
+        # the margins a value must keep are the band's low edge (ledger/band.py) where no boot covered the
+        # shape: the search never picks a value that holds only at the figures there
+        checks = tuple(
+            RankCheck(name, p.budget, _decisive_margin(p.budget), p.verdict) for name, p in plans
+        )
         budgets = [c.budget for c in checks]
         blockers: list[tuple[str, str]] = []
         cautions: list[str] = []
@@ -249,6 +277,9 @@ class Evaluator:
                 if (x.id, prefix + x.message) not in blockers:
                     blockers.append((x.id, prefix + x.message))
             b = c.budget
+            low = band_blocker(b)
+            if c.verdict.ok and low:
+                blockers.append(("band", prefix + low))
             if not b.request_fits and not b.request_fit_confirmed:
                 # the verdict's caution, in the words of its blockers (the terms it rests on, the figures)
                 unsure = c.verdict.sources_text(c.verdict.request_fit_terms())
@@ -599,7 +630,7 @@ def no_fit_hints(result: SearchResult) -> list[str]:
         names = remedies.setdefault(remedy, [])
         names += [_BLOCKER_NAMES[x] for x in blockers if x in ids and _BLOCKER_NAMES[x] not in names]
 
-    memory = [x for x in ids if x in ("start-gate", "margin", "oom-risk", "runtime")]
+    memory = [x for x in ids if x in ("start-gate", "margin", "oom-risk", "runtime", "band")]
     if knob in ("memory.gpu_memory_utilization", "memory.kv_cache_memory_bytes"):
         # The closest value is where the knob's low end (KV memory, one request) is first reached, or the
         # top of the range when it never is; above it the start gate and the margin only get worse. Every
@@ -676,6 +707,7 @@ _BLOCKER_NAMES = {
     "oom-risk": "the negative margin",
     "runtime": "the runtime margin",
     "margin": "the margin",
+    "band": "the band's low edge",
 }
 
 

@@ -12,7 +12,7 @@ from conftest import REPO, assert_script_current, run_cli
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.ledger import build_ledger
-from glmlaunch.ledger.budget import compute_budget
+from glmlaunch.ledger.budget import band_over, compute_budget
 from glmlaunch.ledger.demand.facts import term
 
 MIB = 1024 * 1024
@@ -118,7 +118,9 @@ def test_a_pool_too_large_for_the_margin_gets_the_largest_that_keeps_it() -> Non
     assert b.recommended_num_gpu_blocks is not None
     assert b.recommended_context_tokens < 1_048_576
     assert b.recommended_context_tokens == b.recommended_num_gpu_blocks * 64 * config.parallel.dcp
-    rest = b.margin + b.kv  # F0 - W - P - N - G_e - X
+    # F0 - W - P - N - G_e - X at the band's low edge (no boot covers this shape): what a pin may use
+    assert not b.band.covered
+    rest = b.margin + b.kv - b.band.term("U_pre").high - band_over(b.band)[1]
     block = 64 * b.kv_bytes_per_token
     assert rest - b.recommended_num_gpu_blocks * block >= b.runtime_demand
     assert rest - (b.recommended_num_gpu_blocks + 1) * block < b.runtime_demand

@@ -87,8 +87,13 @@ def test_recommended_kv_bytes_keeps_the_minimum_margin_and_the_runtime_demand() 
     # the turnkey's runtime demand is larger than the 1 GiB minimum: the runtime margin binds
     keep = max(pinned.min_margin, pinned.runtime_demand + pinned.min_runtime_margin)
     assert keep > pinned.min_margin
-    assert keep <= pinned.margin < keep + MIB
-    assert pinned.verdict == "ok" and 0 <= pinned.runtime_margin < MIB
+    # no boot covers the turnkey's shape: the recommendation keeps them at the band's low edge
+    assert not pinned.band.covered
+    low = pinned.margin_range[0]
+    assert keep <= low < keep + MIB
+    assert 0 <= pinned.runtime_margin_range[0] < MIB and pinned.margin > low
+    # the band costs the pool what the low edge may take: a pool that no longer holds one request says so
+    assert pinned.verdict == ("ok" if pinned.request_fits else "refused")
 
 
 def test_gpu_memory_option_changes_total(clean_env: dict[str, str]) -> None:
