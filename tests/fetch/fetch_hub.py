@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 import threading
 import time
@@ -127,6 +128,11 @@ class Hub:
                 and "/resolve/" in r.path
                 and (path is None or r.path.endswith("/" + path))
             ]
+
+    def downloads(self, path: str | None = None) -> list[Request]:
+        """The file downloads less the safetensors header reads (a GET of a bounded range, ``bytes=N-M``,
+        as ``parse_safetensors_file_metadata`` asks for a file's first 100 kB: metadata, not weights)."""
+        return [r for r in self.gets(path) if not re.fullmatch(r"bytes=[0-9]+-[0-9]+", r.range or "")]
 
     # --- the handler -----------------------------------------------------------------------------------
 
