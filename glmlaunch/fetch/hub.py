@@ -266,6 +266,9 @@ def download(
 METADATA_TIMEOUT_S = 4.0
 #: headers read at once (each is one ranged GET of the file's first 100 kB)
 HEADER_WORKERS = 8
+#: how long all the headers together may take (a 150-file checkpoint is ~20 rounds of 8): past it, the
+#: files' sizes stand
+HEADERS_DEADLINE_S = 12.0
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,7 @@ def remote_weights(
     sizes stand); a hub that does not answer the file metadata raises :class:`HubUnreachable` (or the
     hub's error, as :func:`hub_error` words it)."""
     from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import wait as wait_for
 
     assert target.repository is not None
     api = _api(access)
@@ -331,11 +335,17 @@ def remote_weights(
                 ValueError,
                 KeyError,
             )
+            pool = ThreadPoolExecutor(max_workers=HEADER_WORKERS)
             try:
-                with ThreadPoolExecutor(max_workers=HEADER_WORKERS) as pool:
-                    tensors = tuple(t for part in pool.map(header, [f for f, _ in files]) for t in part)
+                futures = [pool.submit(header, f) for f, _ in files]
+                _done, late = wait_for(futures, timeout=HEADERS_DEADLINE_S)
+                if not late:
+                    tensors = tuple(t for f in futures for t in f.result())
             except stops:
                 tensors = None  # whatever stops a header, the files' sizes stand
+            finally:
+                # a header still under way when the deadline passed is not waited for
+                pool.shutdown(wait=False, cancel_futures=True)
     return RemoteWeights(
         target.repository, target.revision, str(info.sha), len(files), sum(n for _, n in files), tensors
     )

@@ -5,8 +5,9 @@ Asked only where nothing better can price W (the commands call it for a hub repo
 in the documented weights table nor on disk), with a short timeout per request, never when the caller
 set ``HF_HUB_OFFLINE`` (the profiles' own ``HF_HUB_OFFLINE=1`` is for vLLM, not for this look), and
 once: the answer is kept under glmlaunch's cache directory (``<cache>/hub-metadata/``), for good for a
-pinned commit (its files cannot change), a day for a branch or tag; a hub that did not answer is not
-asked again for ten minutes, so planning twice offline does not wait twice.
+pinned commit (its files cannot change), a day for a branch or tag or for an answer whose headers did not
+come; a hub that did not answer is not asked again for ten minutes, so planning twice offline does not
+wait twice.
 
 The answer is a :class:`~glmlaunch.ledger.inputs.CheckpointOnDisk` of origin ``hub``: priced (the tensor
 bytes, the files, and the tensors by how vLLM places them on the TP ranks) or not, with the reason. The
@@ -55,7 +56,9 @@ def _read(path: Path, pinned: bool) -> dict[str, Any] | None:
     age = time.time() - float(doc["at"])
     if "error" in doc:
         return doc if age < FAILURE_TTL_S else None
-    return doc if pinned or age < BRANCH_TTL_S else None
+    # headers that did not come (a stall, a timeout) are asked again after a day, even of a commit
+    complete = doc.get("tensors") is not None or not doc.get("files")
+    return doc if (pinned and complete) or age < BRANCH_TTL_S else None
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:

@@ -220,3 +220,27 @@ def test_a_hub_that_does_not_answer_stops_the_plan_for_a_few_seconds_at_most(env
     assert done.returncode == 0, done.stderr
     assert f"{REPO_ID} is not a checkpoint glmlaunch knows" in done.stderr
     assert "cannot be reached" in done.stderr
+
+
+def test_a_header_that_stalls_leaves_the_file_sizes_within_the_timeout(hub: Hub, env: dict[str, str]) -> None:
+    import threading
+    import time
+
+    from fetch_hub import Throttle
+
+    hub.add(Repo(REPO_ID, COMMIT, files()))
+    never = threading.Event()
+    # one byte of the second file's header, then nothing: its read times out, the sizes stand
+    hub.throttle["model-00002-of-00002.safetensors"] = Throttle(chunk=1, hold=never)
+    try:
+        started = time.monotonic()
+        doc, said = plan(env)
+        took = time.monotonic() - started
+    finally:
+        never.set()
+    entry = weights(doc)
+    size = sum(len(d) for n, d in files().items() if n.endswith(".safetensors"))
+    assert entry["formula"].startswith(f"the hub's safetensors file sizes of {hub.url}/{REPO_ID}@")
+    assert f"{size:,} B in 2 files / 4" in entry["formula"]
+    unknown_warning(doc, said)
+    assert took < 30
