@@ -260,3 +260,92 @@ def download(
         except _hub_failures() as exc:
             raise hub_error(exc, target, access) from None
     return Path(where)
+
+
+#: how long one metadata request of the plan's weights lookup may wait (the plan stays fast offline)
+METADATA_TIMEOUT_S = 4.0
+#: headers read at once (each is one ranged GET of the file's first 100 kB)
+HEADER_WORKERS = 8
+#: how long all the headers together may take (a 150-file checkpoint is ~20 rounds of 8): past it, the
+#: files' sizes stand
+HEADERS_DEADLINE_S = 12.0
+
+
+@dataclass(frozen=True)
+class RemoteWeights:
+    """A revision's safetensors weights as the hub describes them, nothing downloaded: the files' sizes
+    (``model_info(files_metadata=True)``) and, when their headers could be read (one ranged ``GET`` of
+    each file's header: ``HfApi.parse_safetensors_file_metadata``), every tensor's name and data size."""
+
+    repository: str
+    revision: str | None
+    commit: str
+    #: safetensors files and the sum of their sizes (headers included)
+    files: int
+    file_bytes: int
+    #: (tensor name, data bytes) from the headers; None: the headers were not read (sizes only)
+    tensors: tuple[tuple[str, int], ...] | None
+
+    @property
+    def tensor_bytes(self) -> int:
+        """The tensors' bytes (the headers'), else the files' sizes (headers are a few kB of each)."""
+        return sum(n for _, n in self.tensors) if self.tensors is not None else self.file_bytes
+
+
+def remote_weights(
+    target: CheckpointTarget, access: HubAccess, *, timeout: float = METADATA_TIMEOUT_S, headers: bool = True
+) -> RemoteWeights:
+    """The revision's safetensors files from the hub's file metadata, and their headers (``headers``);
+    nothing else is fetched. A header that does not come within ``timeout`` leaves the tensors unknown (the
+    sizes stand); a hub that does not answer the file metadata raises :class:`HubUnreachable` (or the
+    hub's error, as :func:`hub_error` words it)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import wait as wait_for
+
+    assert target.repository is not None
+    api = _api(access)
+    with _quiet_library():
+        try:
+            info = api.model_info(
+                target.repository, revision=target.revision, files_metadata=True, timeout=timeout
+            )
+        except _hub_failures() as exc:
+            raise hub_error(exc, target, access) from None
+        if not info.sha:
+            raise WeightsError(f"the hub at {access.endpoint} named no commit for {target.repository}")
+        files = sorted(
+            (s.rfilename, int(s.size))
+            for s in info.siblings or []
+            if s.rfilename.endswith(".safetensors") and s.size is not None
+        )
+        tensors: tuple[tuple[str, int], ...] | None = None
+        if headers and files:
+
+            def header(name: str) -> list[tuple[str, int]]:
+                meta = api.parse_safetensors_file_metadata(
+                    target.repository, name, revision=info.sha, timeout=timeout
+                )
+                return [(t, int(i.data_offsets[1]) - int(i.data_offsets[0])) for t, i in meta.tensors.items()]
+
+            from huggingface_hub.errors import SafetensorsParsingError
+
+            stops: tuple[type[BaseException], ...] = (
+                *_hub_failures(),
+                SafetensorsParsingError,
+                ValueError,
+                KeyError,
+            )
+            pool = ThreadPoolExecutor(max_workers=HEADER_WORKERS)
+            try:
+                futures = [pool.submit(header, f) for f, _ in files]
+                _done, late = wait_for(futures, timeout=HEADERS_DEADLINE_S)
+                if not late:
+                    tensors = tuple(t for f in futures for t in f.result())
+            except stops:
+                tensors = None  # whatever stops a header, the files' sizes stand
+            finally:
+                # a header still under way when the deadline passed is not waited for
+                pool.shutdown(wait=False, cancel_futures=True)
+    return RemoteWeights(
+        target.repository, target.revision, str(info.sha), len(files), sum(n for _, n in files), tensors
+    )

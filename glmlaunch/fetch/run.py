@@ -288,7 +288,7 @@ def fetch(
     if remote is None:
         # offline and not a dry run: verify what is there, fetch nothing
         if state == "complete" and stamp is not None and stamp.complete and checkpoint_dir is not None:
-            payload = WeightsPayload.read(checkpoint_dir, [p for p, _ in specs])
+            payload = WeightsPayload.read(checkpoint_dir, [p for p, _ in specs], config.model.geometry)
             fetched = _fetched(target, stamp.revision, commit, checkpoint_dir, specs, payload)
             say(f"fetch: {target.repository} verified on disk ({why_offline}): {state_of_disk.summary()}")
             return report("verified offline", fetched=fetched)
@@ -325,7 +325,7 @@ def fetch(
                 + (f" and {len(after.wrong) - 3} more" if len(after.wrong) > 3 else ""),
                 hint="fetch again (complete files are kept); if it persists, delete the directory",
             )
-        payload = WeightsPayload.read(checkpoint_dir, [p for p, _ in specs])
+        payload = WeightsPayload.read(checkpoint_dir, [p for p, _ in specs], config.model.geometry)
         done = Stamp(
             repository=target.repository,
             revision=target.revision,

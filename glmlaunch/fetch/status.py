@@ -172,7 +172,7 @@ def find_checkpoint(config: DeploymentConfig, launch_env: Mapping[str, str]) -> 
     specs = [(f.path, f.size) for f in stamp.files]
     if not disk.scan(where, specs).complete:
         return None
-    payload = WeightsPayload.read(where, [p for p, _ in specs])
+    payload = WeightsPayload.read(where, [p for p, _ in specs], config.model.geometry)
     return FetchedCheckpoint(
         target.repository, stamp.revision, stamp.commit, where, stamp.total_bytes, len(specs), payload
     )
@@ -253,7 +253,7 @@ def _on_disk(
 
 
 def _priced(config: DeploymentConfig, where: Path, paths: list[str], detail: str) -> CheckpointOnDisk:
-    payload = WeightsPayload.read(where, paths)
+    payload = WeightsPayload.read(where, paths, config.model.geometry)
     if payload is None:
         return _unpriced(config, where, "it holds no safetensors files")
     return payload.on_disk(config, detail)

@@ -28,6 +28,14 @@ class CheckpointOnDisk:
     files: int
     #: how the files were verified ("fetched and verified by its stamp"), or why they are not priced
     detail: str
+    #: where the figures come from: the files on disk, or the hub's file metadata (nothing downloaded)
+    origin: str = "disk"
+    #: tensor bytes outside the MTP layer that every TP rank holds whole, as the headers' tensor names say
+    #: (``glmlaunch.ledger.weights.tensor_role``); None: the headers were not read (file sizes only)
+    replicated_bytes: int | None = None
+    #: tensor bytes of the MTP layer that split over TP, and that every rank holds whole (None: not read)
+    mtp_bytes: int | None = None
+    mtp_replicated_bytes: int | None = None
 
     @property
     def priced(self) -> bool:

@@ -65,8 +65,13 @@ class Plan:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """What reading the calibration records found wrong (corrupt or foreign files)."""
-        return self.calibration.warnings if self.calibration is not None else ()
+        """What reading the calibration records found wrong (corrupt or foreign files), and a checkpoint
+        glmlaunch does not know (its W an estimate, with its band)."""
+        from glmlaunch.ledger.weights import decide_for
+
+        found = self.calibration.warnings if self.calibration is not None else ()
+        unknown = decide_for(self.config, self.inputs).warning
+        return (*found, unknown) if unknown else found
 
     def on_memory(self, memory: MemoryInputs | None) -> Plan:
         """This plan budgeted on measured device memory (None: the profile's): the same inputs and ledger,
@@ -98,11 +103,21 @@ def with_device_total(config: DeploymentConfig, total: int) -> DeploymentConfig:
 def checkpoint_for(config: DeploymentConfig, environ: Mapping[str, str]) -> CheckpointOnDisk | None:
     """``config``'s checkpoint as it is on disk where vLLM will load it: ``environ`` is the caller's
     environment (the profile's ``env:`` is composed over it, as for the launch, so the hub cache is
-    vLLM's). A look at the disk, no hub (``glmlaunch.fetch.status.checkpoint_on_disk``)."""
+    vLLM's). A look at the disk (``glmlaunch.fetch.status.checkpoint_on_disk``); then, for a hub
+    repository the documented weights table does not know and nothing on disk prices, the hub's file
+    metadata (``glmlaunch.fetch.metadata.hub_checkpoint``: a short timeout, never under the caller's
+    ``HF_HUB_OFFLINE``, kept in glmlaunch's cache so the next plan does not ask again)."""
+    from glmlaunch.calibrate.store import cache_dir
     from glmlaunch.config.environment import compose
+    from glmlaunch.fetch.metadata import hub_checkpoint
     from glmlaunch.fetch.status import checkpoint_on_disk
+    from glmlaunch.ledger.weights import known
 
-    return checkpoint_on_disk(config, compose(config, environ).full)
+    launch_env = compose(config, environ).full
+    found = checkpoint_on_disk(config, launch_env)
+    if found is not None or known(config) or config.model.weights_per_rank is not None:
+        return found
+    return hub_checkpoint(config, caller_env=environ, launch_env=launch_env, cache_dir=cache_dir(environ))
 
 
 def make_plan(

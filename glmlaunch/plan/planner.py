@@ -434,6 +434,12 @@ class PlanDoc(_Doc):
         description="the load-time peak (InstantTensor's ring, the R7 preparation ballast, online-K6 "
         "staging) against F0; absent where loading holds nothing beside the weights that the ledger charges",
     )
+    # Added in version 1 (compatible).
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="the plan's warnings, one line each (also printed on stderr): calibration records that "
+        "do not read, a checkpoint glmlaunch does not know (its W an estimate, with its band)",
+    )
 
 
 def entry_doc(e: Entry) -> EntryDoc:
@@ -562,6 +568,7 @@ def plan_document(result: ProfilePlan) -> PlanDoc:
         calibration=result.calibration_message,
         budget=budget_doc(budget),
         verdict=VerdictDoc.model_validate(result.verdict.to_json()),
+        warnings=list(result.plan.warnings),
         load_time=None
         if ledger.load_time is None
         else LoadTimeDoc(

@@ -8,7 +8,8 @@ and ``hf_hub_download``, with the headers it relies on:
 * ``GET /api/models/{repo}/tree/{rev}?recursive=…``: the file listing (one page, no ``Link`` header);
 * ``HEAD``/``GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``, ``ETag`` (the content's sha256, as the
   hub gives LFS files), ``Content-Length``, ``Accept-Ranges``; ``Range: bytes=N-`` answered ``206`` with
-  ``Content-Range``; a file can be throttled (chunks with a pause between them) to be caught mid-download.
+  ``Content-Range`` (``bytes=N-M`` too, as a safetensors header read asks); a file can be throttled
+  (chunks with a pause between them) to be caught mid-download.
 
 Errors carry ``X-Error-Code`` as the hub sends it, which is how huggingface_hub tells them apart:
 ``RepoNotFound`` (404), ``RevisionNotFound`` (404), ``EntryNotFound`` (404), ``GatedRepo`` (401 without a
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 import threading
 import time
@@ -126,6 +128,11 @@ class Hub:
                 and "/resolve/" in r.path
                 and (path is None or r.path.endswith("/" + path))
             ]
+
+    def downloads(self, path: str | None = None) -> list[Request]:
+        """The file downloads less the safetensors header reads (a GET of a bounded range, ``bytes=N-M``,
+        as ``parse_safetensors_file_metadata`` asks for a file's first 100 kB: metadata, not weights)."""
+        return [r for r in self.gets(path) if not re.fullmatch(r"bytes=[0-9]+-[0-9]+", r.range or "")]
 
     # --- the handler -----------------------------------------------------------------------------------
 
@@ -245,13 +252,16 @@ class Hub:
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
-        start, code = 0, 200
+        start, stop, code = 0, len(data), 200
         wanted = h.headers.get("Range")
         if wanted and wanted.startswith("bytes=") and not head:
-            start = int(wanted[6:].split("-", 1)[0] or 0)
+            first, _, last = wanted[6:].partition("-")
+            start = int(first or 0)
+            # "bytes=N-M" is inclusive and may run past the end (a header read asks for 100 kB)
+            stop = min(len(data), int(last) + 1) if last else len(data)
             code = 206
-            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        body = data[start:]
+            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(data)}"
+        body = data[start:stop]
         headers["Content-Length"] = str(len(body))
         h.send_response(code)
         for k, v in headers.items():

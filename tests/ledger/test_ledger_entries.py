@@ -215,7 +215,7 @@ def test_weights_from_the_payload_in_the_inputs(tmp_path: object) -> None:
     e = led.entry("weights")
     assert e is not None and e.origin == "estimate"
     offset = payload_offset()
-    assert offset is not None and "3.25bpw" in offset[1] and "3.36bpw" in offset[1]
+    assert offset is not None and "3.25bpw" in offset[3] and "3.36bpw" in offset[3]
     assert e.requested_bytes == -(-(1000 + 24 + 4096) // 4) + offset[0]
     assert e.formula.startswith(f"safetensors headers of {d}: 5,120 B in 2 files / 4")
     assert e.note == "estimate from the safetensors payload: verified by the test"

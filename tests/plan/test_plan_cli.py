@@ -64,6 +64,7 @@ def test_schema_is_stable() -> None:
         "budget",
         "verdict",
         "load_time",  # added in version 1 (compatible), present only where loading holds more than W
+        "warnings",  # added in version 1 (compatible)
     ]
 
 

@@ -104,10 +104,13 @@ def test_a_fetched_hub_checkpoint_prices_w_in_plan_json_and_text(
     config = resolve_config("turnkey", SETS).config
     expected = payload_figure(config, tensor_bytes, 2, str(snapshot))
 
-    # without the checkpoint on disk: the built-in default, and nothing said about the weights
+    # without the checkpoint on disk (and the hub not asked: HF_HUB_OFFLINE): the built-in default, no
+    # note, and the plan's warning that the checkpoint is unknown, with the band
     bare, said = plan_json({**clean_env, "HF_HUB_CACHE": str(tmp_path / "empty")}, *SETS)
     assert weights_entry(bare)["origin"] == "default" and weights_notes(bare) == []
-    assert "weights:" not in said
+    (warned,) = [w for w in bare["warnings"] if w.startswith("weights:")]
+    assert f"{REPO_ID} is not a checkpoint glmlaunch knows" in warned and "HF_HUB_OFFLINE is set" in warned
+    assert f"warning: {warned}" in said
 
     doc, said = plan_json(env, *SETS)
     entry = weights_entry(doc)
