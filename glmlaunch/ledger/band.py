@@ -234,8 +234,29 @@ def u_pre_band(cfg: DeploymentConfig, *, records: tuple[str, ...], rig: bool) ->
     )
 
 
-def weights_band(w_source: str, *, absorbed_by: str | None = None) -> TermBand:
-    """W by where the weights entry took it from (ledger/weights.py)."""
+def weights_band(
+    w_source: str, *, absorbed_by: str | None = None, figure_range: tuple[int, int] | None = None
+) -> TermBand:
+    """W by where the weights entry took it from (ledger/weights.py); ``figure_range`` is the figure's own
+    ``(below, above)`` uncertainty (an unknown checkpoint's payload, storage guessed from its name), which
+    widens the band and never narrows it."""
+    band = _weights_band(w_source, absorbed_by=absorbed_by)
+    if figure_range is None or band.kind == "exact":
+        return band
+    below, above = figure_range
+    if below <= band.low and above <= band.high:
+        return band
+    return TermBand(
+        "W",
+        max(band.low, below),
+        max(band.high, above),
+        "estimated",
+        "W of a checkpoint glmlaunch does not know: its payload or bit rate, +/- the spread of how that "
+        f"figure was obtained (-{_mib(below)} / +{_mib(above)})",
+    )
+
+
+def _weights_band(w_source: str, *, absorbed_by: str | None = None) -> TermBand:
     if w_source == "profile":
         return TermBand("W", 0, 0, "exact", "model.weights_per_rank, used as given")
     if absorbed_by is not None:
@@ -267,9 +288,17 @@ def weights_band(w_source: str, *, absorbed_by: str | None = None) -> TermBand:
     )
 
 
-def band_for(cfg: DeploymentConfig, *, w_source: str, rig: bool, records: tuple[str, ...] = ()) -> Band:
+def band_for(
+    cfg: DeploymentConfig,
+    *,
+    w_source: str,
+    rig: bool,
+    records: tuple[str, ...] = (),
+    w_range: tuple[int, int] | None = None,
+) -> Band:
     """The band of ``cfg``'s terms: ``rig`` says the rig's fitted model applies (its GPU), ``records`` the
-    ingested boots of this very shape (``LedgerInputs.covering_records``)."""
+    ingested boots of this very shape (``LedgerInputs.covering_records``), ``w_range`` how far W may lie
+    below and above its figure as the weights entry obtained it."""
     from glmlaunch.config.checkpoints import checkpoint_name
 
     cover = documented_cover(cfg) if rig else []
@@ -282,7 +311,7 @@ def band_for(cfg: DeploymentConfig, *, w_source: str, rig: bool, records: tuple[
     )
     return Band(
         terms=(
-            weights_band(w_source, absorbed_by=absorbed),
+            weights_band(w_source, absorbed_by=absorbed, figure_range=w_range),
             overhead_band(cfg, rig=rig, records=records, cover=cover),
             u_pre_band(cfg, records=records, rig=rig),
         ),

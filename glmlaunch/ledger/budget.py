@@ -169,10 +169,14 @@ def compute_budget(
     keep = max(runtime_peak + min_rt, config.memory.min_margin)
     from glmlaunch.ledger.weights import decide_for
 
-    w_source = decide_for(config, inputs).source
+    w_figure = decide_for(config, inputs)
+    w_source = w_figure.source
+    w_low, w_high = w_figure.range
     band = band_for(
         config,
         w_source=w_source,
+        # an unknown checkpoint's W carries how its figure was obtained; a known one's is in the band already
+        w_range=None if w_figure.warning is None else (w_figure.value - w_low, w_high - w_figure.value),
         rig=inputs.calibrated and inputs.origin in ("calibrated", "rig-default"),
         records=inputs.covering_records,
     )
