@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from glmlaunch.config.commands import setting_text
 from glmlaunch.config.registry import GLMLAUNCH_SET
 from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.units import format_size
@@ -515,7 +516,7 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
     s.add_column(lname)
     s.add_column(rname)
     for sd in d.settings:
-        s.add_row(sd.key, str(sd.left), str(sd.right))
+        s.add_row(sd.key, setting_text(sd.key, sd.left), setting_text(sd.key, sd.right))
     out_console.print(fit(s))
     e = Table(title="ledger per rank (device footprint)", title_justify="left")
     e.add_column("entry", no_wrap=True)
