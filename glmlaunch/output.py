@@ -208,7 +208,9 @@ def _longest_line(text: str) -> int:
 def _needed(table: Any) -> int:
     """The columns ``table`` needs to keep its ``no_wrap`` columns whole and give every other column
     :data:`_WRAP_MIN` (or its widest cell, when narrower): its borders and padding included."""
-    needed = int(table._extra_width) + sum(table._get_padding_width(i) for i in range(len(table.columns)))
+    needed = int(table._extra_width) + sum(
+        int(table._get_padding_width(i)) for i in range(len(table.columns))
+    )
     for column in table.columns:
         widest = max(
             [_longest_line(_cell_text(c)) for c in column.cells] + [_longest_line(_cell_text(column.header))]

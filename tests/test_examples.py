@@ -741,3 +741,35 @@ def test_retired_variables_asking_for_what_glmlaunch_does_not_do_are_refused_tog
     for name, value in asks.items():
         assert any(line.startswith(f"serve-glm52.sh: error: {name}={value}: ") for line in errors), name
     assert errors[-1].startswith(f"serve-glm52.sh: error: {len(asks)} old variable(s) above")
+
+
+# --- examples that need the GPUs: what they name exists (issue 31: run here, they stop at exit 8) ---------
+
+_READS = {"-p", "--profile", "--inventory", "--replay", "--log"}
+_WRITES = {"--save", "-o", "--output", "--record", "--svg"}
+
+
+def test_the_files_and_profiles_gpu_examples_name_exist() -> None:
+    """A `# needs: gpu` example stops at exit 8 here before it reads much: each profile it names is shipped
+    (or a file of the repository) and each file it reads is in the repository or written by an earlier
+    command of its block (vllm.log: the log the served vLLM writes, which `watch --log` waits for)."""
+    shipped = {p.stem for p in (REPO / "profiles").glob("*.yaml")}
+    checked = 0
+    for block in EXAMPLES:
+        written: set[str] = set()
+        for command in commands_of(block, gpu_visible=False):
+            code = command.text.splitlines()[-1]
+            start = _comment_start(code)
+            words = shlex.split("\n".join([*command.text.splitlines()[:-1], code[:start] if start else code]))
+            pairs = list(zip(words, words[1:], strict=False))
+            written |= {value for flag, value in pairs if flag in _WRITES}
+            if not command.needs_gpu or "glmlaunch" not in words:
+                continue
+            for flag, value in pairs:
+                if flag in {"-p", "--profile"}:
+                    assert value in shipped or (REPO / value).is_file(), f"{block.where}: no profile {value}"
+                    checked += 1
+                elif flag in _READS and value != "vllm.log":
+                    assert value in written or (REPO / value).exists(), f"{block.where}: no file {value}"
+                    checked += 1
+    assert checked >= 5  # the README's GPU examples were found
