@@ -45,6 +45,7 @@ not installed here (``jq``, ``curl``, ``zsh``, ``fish``, ``nvidia-smi``) skips i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -761,7 +762,7 @@ def test_the_files_and_profiles_gpu_examples_name_exist() -> None:
             code = command.text.splitlines()[-1]
             start = _comment_start(code)
             words = shlex.split("\n".join([*command.text.splitlines()[:-1], code[:start] if start else code]))
-            pairs = list(zip(words, words[1:], strict=False))
+            pairs = list(itertools.pairwise(words))
             written |= {value for flag, value in pairs if flag in _WRITES}
             if not command.needs_gpu or "glmlaunch" not in words:
                 continue
