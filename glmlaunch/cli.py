@@ -37,9 +37,9 @@ app = typer.Typer(
     name=PROG,
     help="Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels.",
     epilog="""
-        glmlaunch plan -p turnkey                     # the shipped default's plan
-        glmlaunch -q check -p turnkey --inventory rig.json   # rig.json: hw --save
-        glmlaunch --install-completion bash           # tab completion, profiles too
+        glmlaunch plan -p turnkey                           # the default's plan
+        glmlaunch -q check -p turnkey --inventory rig.json  # rig.json: hw --save
+        glmlaunch --install-completion bash                 # tab completion
     """,
     invoke_without_command=True,
     pretty_exceptions_enable=False,
@@ -561,8 +561,8 @@ def calibrate_search_cmd(
     "serve",
     cls=Command,
     epilog="""
-        glmlaunch serve -p turnkey --fetch                   # the container's start
-        glmlaunch serve -p turnkey --supervise --strict-exit # vLLM as a child
+        glmlaunch serve -p turnkey --fetch                    # the container's start
+        glmlaunch serve -p turnkey --supervise --strict-exit  # vLLM as a child
         glmlaunch serve -p turnkey --supervise --watch --metrics-port 9400
         glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # runs nothing
     """,

@@ -165,10 +165,11 @@ def __getattr__(name: str) -> Console:
                         yield Segment(escape_data(segment.text), segment.style, segment.control)
 
         if name == "err_console":
+            # as stderr's messages (write_stderr): wrapped at words on a terminal, one line in a log
             _CONSOLES[name] = Console(
                 file=cast("IO[str]", _MaskedStream("stderr")),
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=not sys.stderr.isatty(),
                 emoji=False,
                 markup=False,
             )
