@@ -37,9 +37,9 @@ app = typer.Typer(
     name=PROG,
     help="Resolve, validate, plan, preflight and launch GLM-5.2 on vLLM with the sparkinfer / b12x kernels.",
     epilog="""
-        glmlaunch plan -p turnkey                            # the memory plan of the shipped default
-        glmlaunch -q check -p turnkey --inventory rig.json   # quiet: the table and the verdict only
-        glmlaunch --install-completion bash                  # tab completion, profile names included
+        glmlaunch plan -p turnkey                           # the default's plan
+        glmlaunch -q check -p turnkey --inventory rig.json  # rig.json: hw --save
+        glmlaunch --install-completion bash                 # tab completion
     """,
     invoke_without_command=True,
     pretty_exceptions_enable=False,
@@ -221,7 +221,7 @@ def hw_cmd(
     cls=Command,
     epilog="""
         glmlaunch check -p turnkey
-        glmlaunch check -p turnkey --inventory rig.json --strict
+        glmlaunch check -p gate --inventory rig.json --strict  # rig.json: hw --save
     """,
 )
 def check_cmd(
@@ -266,6 +266,7 @@ def profiles_list_cmd(json_: JsonOpt = False) -> None:
     cls=Command,
     epilog="""
         glmlaunch profiles show turnkey
+        glmlaunch profiles show turnkey > mine.yaml   # a start for your own
         glmlaunch profiles show ./mine.yaml
     """,
 )
@@ -329,8 +330,8 @@ def profiles_import_cmd(
     "preflight",
     cls=Command,
     epilog="""
-        glmlaunch preflight -p turnkey                 # on the GPUs
-        glmlaunch preflight -p turnkey --device cpu    # no GPU: the same processes over gloo
+        glmlaunch preflight -p turnkey               # on the GPUs
+        glmlaunch preflight -p turnkey --device cpu  # no GPU: the same, over gloo
     """,
 )
 def preflight_cmd(
@@ -379,7 +380,7 @@ def preflight_cmd(
     "fetch",
     cls=Command,
     epilog="""
-        glmlaunch fetch -p turnkey --dry-run --offline       # the revision, its documented size, where
+        glmlaunch fetch -p turnkey --dry-run --offline   # revision, size, where
         glmlaunch fetch -p turnkey --dry-run --offline --json
     """,
 )
@@ -418,7 +419,7 @@ calibrate_app = typer.Typer(
     help="Learn W, P, N, G_e and T-F0 from real vLLM boot logs; search the knobs with them.",
     epilog="""
         glmlaunch calibrate ingest boot.log -p r12-exl3
-        glmlaunch calibrate search -p turnkey --inventory rig.json
+        glmlaunch calibrate search -p turnkey --no-write
     """,
     no_args_is_help=True,
     cls=Group,
@@ -431,7 +432,7 @@ app.add_typer(calibrate_app, name="calibrate")
     cls=Command,
     epilog="""
         glmlaunch calibrate ingest boot.log -p r12-exl3 --dry-run
-        glmlaunch calibrate ingest boot.log -p r12-exl3 --inventory rig.json
+        glmlaunch calibrate ingest boot.log --inventory rig.json  # from hw --save
     """,
 )
 def calibrate_ingest_cmd(
@@ -471,7 +472,7 @@ def calibrate_list_cmd(json_: JsonOpt = False) -> None:
     "show",
     cls=Command,
     epilog="""
-        glmlaunch calibrate show -p turnkey     # the record turnkey would use, or why none matches
+        glmlaunch calibrate show -p turnkey  # the record it would use, or why none
     """,
 )
 def calibrate_show_cmd(
@@ -495,8 +496,8 @@ def calibrate_show_cmd(
     "search",
     cls=Command,
     epilog="""
-        glmlaunch calibrate search -p turnkey --inventory rig.json --no-write
-        glmlaunch calibrate search -p gate --objective max-gmu --inventory rig.json -o gate-gmu.yaml
+        glmlaunch calibrate search -p turnkey --no-write --json
+        glmlaunch calibrate search -p gate --objective max-gmu -o gate-gmu.yaml
     """,
 )
 def calibrate_search_cmd(
@@ -560,10 +561,10 @@ def calibrate_search_cmd(
     "serve",
     cls=Command,
     epilog="""
-        glmlaunch serve -p turnkey --fetch                             # the container entrypoint
-        glmlaunch serve -p turnkey --supervise --strict-exit           # vLLM as a supervised child
-        glmlaunch serve -p turnkey --supervise --watch --metrics-port 9400   # and its memory watched
-        glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # what it would run; starts nothing
+        glmlaunch serve -p turnkey --fetch                    # the container's start
+        glmlaunch serve -p turnkey --supervise --strict-exit  # vLLM as a child
+        glmlaunch serve -p turnkey --supervise --watch --metrics-port 9400
+        glmlaunch serve -p turnkey --dry-run -- --enable-log-requests  # runs nothing
     """,
 )
 def serve_cmd(
@@ -682,8 +683,8 @@ def serve_cmd(
     "boots",
     cls=Command,
     epilog="""
-        glmlaunch boots            # every supervised boot: outcome, exit, ready time, record
-        glmlaunch boots --json     # the same as one document (boots last --json: the newest, in full)
+        glmlaunch boots            # every supervised boot: outcome, exit, ready time
+        glmlaunch boots --json     # the same as one document (boots last: the newest)
     """,
 )
 def boots_cmd(
@@ -704,9 +705,9 @@ def boots_cmd(
     "watch",
     cls=Command,
     epilog="""
-        glmlaunch watch -p turnkey --metrics-port 9400                # a sidecar: live view, endpoint
-        glmlaunch watch -p turnkey --endpoint http://127.0.0.1:8000 --log vllm.log --json
-        glmlaunch watch -p h200.yaml --replay leak.json --json --drift-window 20   # a recorded trace
+        glmlaunch watch -p turnkey --metrics-port 9400     # a sidecar: live view
+        glmlaunch watch -p turnkey --endpoint http://127.0.0.1:8000 --json
+        glmlaunch watch -p turnkey --record trace.json --duration 60  # for --replay
     """,
 )
 def watch_cmd(
@@ -838,7 +839,7 @@ def watch_cmd(
     "explain-oom",
     cls=Command,
     epilog="""
-        glmlaunch explain-oom vllm.log                 # against the configuration the log booted
+        glmlaunch explain-oom vllm.log               # as the log's configuration
         glmlaunch explain-oom -p turnkey vllm.log --json
     """,
 )

@@ -26,11 +26,11 @@ from typer._click import Command as ClickCommand
 from typer._click import Context, HelpFormatter
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer._click.shell_completion import CompletionItem
-from typer.core import TyperArgument, TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from glmlaunch import no_plugin_scan, without_plugin_loader
 from glmlaunch.errors import ExitCode, GlmlaunchError
-from glmlaunch.output import begin_run, debug_enabled, line_text, note, set_quiet
+from glmlaunch.output import begin_run, debug_enabled, line_text, note, set_quiet, write_stderr
 
 PROG = "glmlaunch"
 #: The variable the completion scripts set when they ask glmlaunch for candidates (Typer's protocol).
@@ -60,6 +60,10 @@ def _format_params(ctx: Context, formatter: HelpFormatter) -> None:
     args: list[tuple[str, str]] = []
     opts: list[tuple[str, str]] = []
     for param in ctx.command.get_params(ctx):
+        # One convention for defaults: the help text says it, in words ("default 0.5: 2 Hz"); click's
+        # "[default: 0.5]" after it would say it twice.
+        if isinstance(param, TyperOption | TyperArgument):
+            param.show_default = False
         record = param.get_help_record(ctx)
         if record is None:
             continue
@@ -485,8 +489,7 @@ def _fail(exc: GlmlaunchError) -> NoReturn:
 
 
 def _error(line: str) -> None:
-    sys.stderr.write(f"error: {line_text(line)}\n")
-    sys.stderr.flush()
+    write_stderr(line_text(line), prefix="error: ")
 
 
 def _usage_error(exc: UsageError) -> NoReturn:

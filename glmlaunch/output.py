@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
-from glmlaunch.config.registry import GLMLAUNCH_DEBUG, GLMLAUNCH_QUIET, NO_COLOR
+from glmlaunch.config.registry import COLUMNS, GLMLAUNCH_DEBUG, GLMLAUNCH_QUIET, NO_COLOR
 from glmlaunch.errors import MASK as MASK
 from glmlaunch.errors import SECRET_MARKERS as SECRET_MARKERS
 from glmlaunch.errors import ConfigError
@@ -134,6 +134,7 @@ def __getattr__(name: str) -> Console:
     if name not in _CONSOLES:
         from rich.console import Console as _RichConsole
         from rich.segment import Segment
+        from rich.table import Table
 
         class Console(_RichConsole):
             def on_broken_pipe(self) -> None:
@@ -141,6 +142,12 @@ def __getattr__(name: str) -> Console:
                 # the BrokenPipeError and end quietly with 0, as `git log | head` does.
                 self.quiet = True
                 raise BrokenPipeError
+
+            def print(self, *objects: Any, **kwargs: Any) -> None:
+                # Every table at this console's width, no cell cut (fit): the rule for every command.
+                super().print(
+                    *(fit(o, width=self.width) if isinstance(o, Table) else o for o in objects), **kwargs
+                )
 
             def render_str(self, text: str, **kwargs: Any) -> Any:
                 # Every string cell and title: escaped before rich measures it, so columns stay aligned;
@@ -158,15 +165,18 @@ def __getattr__(name: str) -> Console:
                         yield Segment(escape_data(segment.text), segment.style, segment.control)
 
         if name == "err_console":
+            # as stderr's messages (write_stderr): wrapped at words on a terminal, one line in a log
             _CONSOLES[name] = Console(
                 file=cast("IO[str]", _MaskedStream("stderr")),
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=not sys.stderr.isatty(),
                 emoji=False,
                 markup=False,
             )
         else:
-            # Data on stdout must not be wrapped to an imaginary 80-column terminal when piped.
+            # Data on stdout must not be wrapped to an imaginary 80-column terminal when piped; on a
+            # terminal text wraps at words to its width (the terminal would wrap it anyway, mid-word).
+            tty = sys.stdout.isatty()
             _CONSOLES[name] = Console(
                 file=cast("IO[str]", _MaskedStream("stdout")),
                 highlight=False,
@@ -174,8 +184,8 @@ def __getattr__(name: str) -> Console:
                 # the lookup in every cell).
                 emoji=False,
                 markup=False,
-                soft_wrap=True,
-                width=None if sys.stdout.isatty() else 240,
+                soft_wrap=not tty,
+                width=None if tty else 240,
             )
     return _CONSOLES[name]
 
@@ -184,42 +194,66 @@ def __getattr__(name: str) -> Console:
 _WRAP_MIN = 12
 
 
-def fit(table: Any, *, width: int | None = None) -> Any:
-    """``table`` as it reads at the console's width, no cell ever cut with "…" (what ``plan`` and
-    ``check`` do: the ledger adapts, the messages wrap).
-
-    A column declared ``no_wrap`` holds what must stay whole (an id, a date, a size): it keeps its widest
-    cell's width and only its header may wrap; the other columns wrap, and anything longer than a line
-    folds onto the next. When the whole columns and a minimum for the others do not fit the width, the
-    table is stacked instead: one section per row, one ``column  value`` line per cell.
-    """
-    from rich.cells import cell_len
-    from rich.table import Table
+def _cell_text(cell: Any) -> str:
     from rich.text import Text
 
-    def plain(cell: Any) -> str:
-        return cell.plain if isinstance(cell, Text) else cell if isinstance(cell, str) else ""
+    return cell.plain if isinstance(cell, Text) else cell if isinstance(cell, str) else ""
 
-    def longest(text: str) -> int:
-        return max((cell_len(line) for line in text.splitlines()), default=0)
+
+def _longest_line(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _needed(table: Any) -> int:
+    """The columns ``table`` needs to keep its ``no_wrap`` columns whole and give every other column
+    :data:`_WRAP_MIN` (or its widest cell, when narrower): its borders and padding included."""
+    needed = int(table._extra_width) + sum(
+        int(table._get_padding_width(i)) for i in range(len(table.columns))
+    )
+    for column in table.columns:
+        widest = max(
+            [_longest_line(_cell_text(c)) for c in column.cells] + [_longest_line(_cell_text(column.header))]
+        )
+        needed += widest if column.no_wrap else min(widest, _WRAP_MIN)
+    return needed
+
+
+def fits(table: Any, width: int) -> bool:
+    """Whether ``table`` keeps every cell whole at ``width`` columns as it is laid out (:func:`fit`)."""
+    return _needed(table) <= width
+
+
+def fit(table: Any, *, width: int | None = None) -> Any:
+    """``table`` as it reads at ``width`` (the console's width), no cell ever cut with "…".
+
+    Every table the consoles print passes through here (the rule is the console's, not each
+    command's). A column declared ``no_wrap`` holds what must stay whole (an id, a date, a size): it keeps
+    its widest cell's width; the other columns wrap at spaces, and a word longer than the column folds
+    onto the next line. When the whole columns and a minimum for the others do not fit the width, the
+    table is stacked instead: one section per row, one ``column  value`` line per cell; a table of two
+    columns that cannot keep them whole wraps and folds every column.
+    """
+    from rich.table import Table
 
     available = width if width is not None else __getattr__("out_console").width
-    needed = 3 * len(table.columns) + 1
     for column in table.columns:
-        texts = [plain(c) for c in column.cells]
-        if column.no_wrap:  # whole: as wide as its widest cell or its header, never narrower
-            needed += max([longest(t) for t in texts] + [longest(plain(column.header))])
-        else:  # wraps at spaces, and a word longer than the column folds onto the next line
-            needed += min(max([longest(t) for t in texts] + [longest(plain(column.header))]), _WRAP_MIN)
+        if not column.no_wrap:
             column.overflow = "fold"
-    if needed <= available or len(table.columns) <= 2:
+    if fits(table, available):
+        return table
+    if len(table.columns) <= 2:
+        for column in table.columns:
+            column.no_wrap = False
+            column.overflow = "fold"
         return table
     stacked = Table(
         title=table.title, caption=table.caption, show_header=False, expand=False, title_justify="left"
     )
     stacked.add_column("", style="bold", overflow="fold", max_width=max(_WRAP_MIN, available // 3))
     stacked.add_column("", overflow="fold")
-    columns = [(plain(c.header) or "", list(c.cells)) for c in table.columns]
+    columns = [(_cell_text(c.header) or "", list(c.cells)) for c in table.columns]
     for row in range(table.row_count):
         for i, (name, values) in enumerate(columns):
             stacked.add_row(name, values[row], end_section=i == len(columns) - 1)
@@ -360,7 +394,7 @@ def mask_secrets(text: str, extra: Iterable[str] = ()) -> str:
 
 
 def _masked(match: re.Match[str], masked: str, name: str) -> str:
-    return masked if is_secret_name(name.strip(" \t-:\"")) else match.group(0)
+    return masked if is_secret_name(name.strip(' \t-:"')) else match.group(0)
 
 
 def printable(text: str) -> str:
@@ -536,7 +570,52 @@ def note(message: str) -> None:
     """A human message on stderr (silenced by ``--quiet``)."""
     if is_quiet():
         return
-    sys.stderr.write(line_text(message) + "\n")
+    write_stderr(line_text(message))
+
+
+def _stderr_columns() -> int | None:
+    """The width of the terminal stderr is, else None (a log or a pipe keeps one line per message)."""
+    try:
+        if not sys.stderr.isatty():
+            return None
+        columns = os.environ.get(COLUMNS, "").strip()  # what rich (stdout) and the shell read first
+        return (
+            int(columns)
+            if columns.isdigit() and int(columns) > 0
+            else os.get_terminal_size(sys.stderr.fileno()).columns
+        )
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def wrap_for_terminal(line: str, columns: int | None) -> str:
+    """``line`` as a terminal of ``columns`` shows it: broken at spaces, never inside a word (the
+    terminal itself would cut "edi|ted"), continuation lines indented; a word longer than the line stays
+    whole. ``columns`` None: the line as it is (piped, logged: one message, one line, for grep)."""
+    if columns is None or len(line) <= columns:
+        return line
+    import textwrap
+
+    return (
+        "\n".join(
+            textwrap.wrap(
+                line,
+                width=max(columns, 20),
+                subsequent_indent="  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+                drop_whitespace=True,
+            )
+        )
+        or line
+    )
+
+
+def write_stderr(line: str, *, prefix: str = "", style: tuple[str, str] = ("", "")) -> None:
+    """The one writer of stderr messages: ``prefix + line`` (already masked and escaped), word-wrapped on
+    a terminal, in ``style`` (an SGR start and end) when given."""
+    text = wrap_for_terminal(prefix + line, _stderr_columns())
+    sys.stderr.write(f"{style[0]}{text}{style[1]}\n")
     sys.stderr.flush()
 
 
@@ -566,10 +645,8 @@ def warn(message: str, *, repeat: bool = False) -> None:
     if line in _warned and not repeat:
         return
     _warned.add(line)
-    if sys.stderr.isatty() and not os.environ.get(NO_COLOR):
-        line = f"\x1b[33m{line}\x1b[0m"
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    colour = sys.stderr.isatty() and not os.environ.get(NO_COLOR)
+    write_stderr(line, style=("\x1b[33m", "\x1b[0m") if colour else ("", ""))
 
 
 def debug_enabled() -> bool:

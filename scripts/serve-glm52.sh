@@ -15,14 +15,20 @@
 # checked against a saved inventory (`glmlaunch hw --save FILE` on the rig) instead of the GPUs, and
 # without the preflight, which needs them.
 #
-# The profile is glmlaunch's choice (GLMLAUNCH_PROFILE, else glmlaunch's default, turnkey), never this
-# script's: it has no defaults of its own. Only variables that are set, non-empty and not "auto" become
-# overrides (and MODEL_REVISION set empty: no revision, as before). The values are checked by glmlaunch (one line naming the key; the line this script prints
-# first maps each key back to the variable that set it). Refused with one line, exit 2:
+# The profile is glmlaunch's choice (GLMLAUNCH_PROFILE, else glmlaunch's default, turnkey), except that
+# MODEL_FAMILY=glm52-exl3 (or exl3) without GLMLAUNCH_PROFILE serves what the old chain served for it, its
+# r12 EXL3 preset: glmlaunch's r12-exl3 profile. The script has no defaults of its own. Only variables that
+# are set, non-empty and not "auto" become overrides (and MODEL_REVISION set empty: no revision, as
+# before). The values are checked by glmlaunch (one line naming the key; the line this script prints first
+# maps each key back to the variable that set it). Every value the old chain itself exported is accepted:
+# the old chain's environment, run through this script, gives the old chain's argv
+# (tests/test_examples.py). Variables whose job glmlaunch does differently (calibration, the old quant
+# overlays) are accepted at their neutral values (the old default, off, empty) and named on stderr.
+# Refused with one line, exit 2:
 # - two spellings of one setting with different values: an old variable and the VLLM_* (or
 #  CUDA_VISIBLE_DEVICES) name serve-glm52-v19.sh read in its place, or glmlaunch's own spelling of the
 #  key (GLMLAUNCH_<SECTION>__<FIELD>, a GLMLAUNCH_SET entry): the old chain let one silently win;
-# - variables whose job glmlaunch now does differently (with the replacement), and other model families.
+# - those variables at any other value (with the replacement), and other model families.
 set -euo pipefail
 
 die() {
@@ -133,39 +139,66 @@ map_int_auto() {
   if [[ -n "${raw}" && "${raw}" != auto ]]; then add "${from}" "${raw}" "$2" "${raw}"; fi
 }
 
-case "${MODEL_FAMILY:-glm52}" in
-  glm52 | glm5.2 | glm | glm52-exl3) ;;
-  *) die "MODEL_FAMILY=${MODEL_FAMILY} is not served by glmlaunch (GLM-5.2 only: glm52, glm5.2, glm, glm52-exl3)" ;;
+# The profile: glmlaunch's choice (GLMLAUNCH_PROFILE, else its default), except for the family the old
+# chain served with a preset of its own: glm52-exl3 exported the r12 EXL3 preset (serve-gilded-gnosis.sh),
+# which is glmlaunch's r12-exl3 profile.
+profile=()
+family=$(trim "${MODEL_FAMILY:-glm52}")
+case "${family}" in
+  glm52 | glm5.2 | glm) ;;
+  glm52-exl3 | exl3)
+    if [[ -z "${GLMLAUNCH_PROFILE:-}" ]]; then
+      profile=(-p r12-exl3)
+      mapped+=("MODEL_FAMILY=${family} -> -p r12-exl3")
+    fi
+    ;;
+  *) die "MODEL_FAMILY=${MODEL_FAMILY} is not served by glmlaunch (GLM-5.2 only: glm52, glm5.2, glm, glm52-exl3, exl3)" ;;
 esac
 
-# Old variables with no one-to-one successor: refuse them, all at once, with what to do instead.
+# Old variables whose job glmlaunch does differently. A value that asks for nothing glmlaunch does not do
+# anyway (the old chain's own default, "off", empty: what the old chain itself exported) is accepted and
+# named once on stderr; any other value is refused, all of them at once, with what to do instead.
 gone=()
-gone_if_set() {
-  local var=$1 why=$2
-  if [[ -n "${!var+set}" ]]; then
-    gone+=("${var}: ${why}")
-  fi
+accepted=()
+# retired VAR WHY [ACCEPTED...]: '*' accepts every value (the variable configured only what no longer runs).
+retired() {
+  local var=$1 why=$2 value ok
+  shift 2
+  [[ -n "${!var+set}" ]] || return 0
+  value=$(trim "${!var}")
+  for ok in "$@"; do
+    if [[ "${ok}" == '*' || "${value}" == "${ok}" ]]; then
+      accepted+=("${var}=${value}")
+      return 0
+    fi
+  done
+  gone+=("${var}=${value}: ${why}")
 }
-gone_if_set PCIE_CALIBRATION "calibration is no longer a boot-time side effect; run \`glmlaunch calibrate\` and the preflight (--skip-preflight / GLMLAUNCH_SKIP_PREFLIGHT=1 to skip it)"
-gone_if_set PCIE_CALIBRATION_ONLY "use \`glmlaunch preflight\` (or \`glmlaunch calibrate\`) on its own"
-gone_if_set PCIE_CALIBRATION_TIMEOUT "use \`glmlaunch preflight --timeout\`"
-gone_if_set PCIE_CALIBRATION_CACHE_DIR "calibration records live in GLMLAUNCH_CACHE_DIR"
-gone_if_set PCIE_CALIBRATOR "the torchrun calibrator is replaced by \`glmlaunch preflight\`"
-gone_if_set DCP_CKV_PREFETCH_TOPOLOGY "the check stage reads the NVML topology and refuses CKV prefetch over SYS; set DCP_CKV_PREFETCH_DEPTH explicitly"
-gone_if_set MOE_MODE "an NVFP4-checkpoint knob (B12X_MOE_FORCE_A8/A16); the EXL3 deployment does not read it — use the profile's env: section if you need it"
-gone_if_set ONLINE_QUANT "the old chain's overlays (full-linear mxfp8, nf3-mxfp8, fp8, custom) are not the appliance's; set model.online_quant (none, mxfp8, exl3-b6), or pass --quantization-config in the profile's vllm_args"
-gone_if_set ONLINE_MXFP8 "see ONLINE_QUANT"
-gone_if_set ONLINE_FP8 "see ONLINE_QUANT"
-gone_if_set ONLINE_FP8_MXFP4 "see ONLINE_QUANT"
-gone_if_set QUANTIZATION_CONFIG_JSON "see ONLINE_QUANT"
-gone_if_set NF3_GRID188 "an NF3 hybrid-checkpoint knob; use the profile's env: section (VLLM_NF3_GRID188_DECODE)"
-gone_if_set LINEAR_BACKEND "not modelled; pass --linear-backend after -- (it is not a managed flag)"
-gone_if_set DCP_A2A_LARGE_BACKEND "not modelled; set VLLM_DCP_A2A_LARGE_BACKEND through GLMLAUNCH_ENV__VLLM_DCP_A2A_LARGE_BACKEND"
+calibration="calibration is no longer a boot-time side effect: glmlaunch runs its preflight (--skip-preflight / GLMLAUNCH_SKIP_PREFLIGHT=1 to skip it) and \`glmlaunch calibrate\` learns from boot logs"
+retired PCIE_CALIBRATION "${calibration}" "" auto off 0
+retired PCIE_CALIBRATION_ONLY "use \`glmlaunch preflight\` (or \`glmlaunch calibrate\`) on its own" "" 0
+# these configured only the boot-time calibrator, which no longer runs: any value is harmless
+retired PCIE_CALIBRATION_TIMEOUT "" '*'
+retired PCIE_CALIBRATION_CACHE_DIR "" '*'
+retired PCIE_CALIBRATOR "" '*'
+retired DCP_CKV_PREFETCH_TOPOLOGY "the check stage reads the NVML topology and refuses CKV prefetch over SYS; set DCP_CKV_PREFETCH_DEPTH explicitly" "" auto
+quant="the old chain's overlays (full-linear mxfp8, nf3-mxfp8, fp8, custom) are not the appliance's; set model.online_quant (none, mxfp8, exl3-b6), or pass --quantization-config in the profile's vllm_args"
+# none (the r12 preset's export; v16 also took 0 and off) and the online K6 of the R7 chains (exl3-b6, which
+# the Infernal Invocation launchers spell trellis-mcg-b6) are model.online_quant, below
+case "$(trim "${ONLINE_QUANT-}")" in
+  "" | none | 0 | off | exl3-b6 | trellis-mcg-b6) ;;
+  *) gone+=("ONLINE_QUANT=$(trim "${ONLINE_QUANT}"): ${quant}") ;;
+esac
+retired ONLINE_MXFP8 "see ONLINE_QUANT" "" 0
+retired ONLINE_FP8 "see ONLINE_QUANT" "" 0
+retired ONLINE_FP8_MXFP4 "see ONLINE_QUANT" "" 0
+retired QUANTIZATION_CONFIG_JSON "see ONLINE_QUANT" ""
+retired LINEAR_BACKEND "not modelled; pass --linear-backend after -- (it is not a managed flag)" "" auto
 if ((${#gone[@]})); then
   for line in "${gone[@]}"; do
     printf 'serve-glm52.sh: error: %s\n' "${line}" >&2
   done
-  die "${#gone[@]} old variable(s) above no longer exist; unset them (README: Migrating from the serve scripts)"
+  die "${#gone[@]} old variable(s) above ask for what glmlaunch no longer does; unset them (README: Migrating from the serve scripts)"
 fi
 
 map MODEL model.path
@@ -227,6 +260,39 @@ if [[ -n "${CUDAGRAPH_CAPTURE_SIZES:-}" ]]; then
     "${CUDAGRAPH_CAPTURE_SIZES}" cudagraph.capture_rule
 fi
 map NUM_GPU_BLOCKS_OVERRIDE memory.num_gpu_blocks_override
+map MTP_MOE_BACKEND speculative.moe_backend
+map MTP_DRAFT_SAMPLE_METHOD speculative.draft_sample_method
+map_bool_auto ASYNC_SCHEDULING scheduler.async_scheduling
+map DCP_KV_CACHE_INTERLEAVE_SIZE server.dcp_kv_cache_interleave_size
+case "$(trim "${ONLINE_QUANT:-}")" in
+  "") ;;
+  none | 0 | off) add ONLINE_QUANT "${ONLINE_QUANT}" model.online_quant none ;;
+  *) add ONLINE_QUANT "${ONLINE_QUANT}" model.online_quant "$(trim "${ONLINE_QUANT}")" ;;
+esac
+# v16's MOE_MODE table: the two b12x MoE activation switches it exported (the profile's env: names)
+case "$(trim "${MOE_MODE:-}")" in
+  "") ;;
+  a4 | native | default) add MOE_MODE "${MOE_MODE}" env.B12X_MOE_FORCE_A16 0 && sets+=(--set "env.B12X_MOE_FORCE_A8=0") ;;
+  a16 | force-a16) add MOE_MODE "${MOE_MODE}" env.B12X_MOE_FORCE_A16 1 && sets+=(--set "env.B12X_MOE_FORCE_A8=0") ;;
+  force-a8-experimental | a8-experimental | a8)
+    add MOE_MODE "${MOE_MODE}" env.B12X_MOE_FORCE_A16 0 && sets+=(--set "env.B12X_MOE_FORCE_A8=1")
+    ;;
+  *) die "MOE_MODE must be a4, a16 or force-a8-experimental (got '${MOE_MODE}')" ;;
+esac
+# v16 exported these two under their VLLM_* names as they were
+case "$(trim "${NF3_GRID188:-}")" in
+  "") ;;
+  0 | 1) add NF3_GRID188 "${NF3_GRID188}" env.VLLM_NF3_GRID188_DECODE "$(trim "${NF3_GRID188}")" ;;
+  *) die "NF3_GRID188 must be 0 or 1 (got '${NF3_GRID188}')" ;;
+esac
+case "$(trim "${DCP_A2A_LARGE_BACKEND:-}")" in
+  "") ;;
+  ag_rs | a2a)
+    add DCP_A2A_LARGE_BACKEND "${DCP_A2A_LARGE_BACKEND}" env.VLLM_DCP_A2A_LARGE_BACKEND \
+      "$(trim "${DCP_A2A_LARGE_BACKEND}")"
+    ;;
+  *) die "DCP_A2A_LARGE_BACKEND must be ag_rs or a2a (got '${DCP_A2A_LARGE_BACKEND}')" ;;
+esac
 # v16 exported DCP_PREFILL_WORKSPACE=0/1 as both VLLM_DCP_PROJECT_BEFORE_MERGE and
 # VLLM_B12X_MLA_DCP_GATHER_IN_WORKSPACE (auto: its TP:DCP table, which the profile already holds)
 map_bool_auto DCP_PREFILL_WORKSPACE dcp_policy.project_before_merge
@@ -256,9 +322,13 @@ if ((${#mapped[@]})); then
   joined=$(printf '%s, ' "${mapped[@]}")
   printf 'serve-glm52.sh: %s\n' "${joined%, }" >&2
 fi
+if ((${#accepted[@]})); then
+  joined=$(printf '%s, ' "${accepted[@]}")
+  printf 'serve-glm52.sh: %s: nothing to do (what glmlaunch does anyway)\n' "${joined%, }" >&2
+fi
 
 # Arguments given to this script are extra vllm arguments, as with the old scripts' "$@".
 if (($#)) && [[ "$1" == "--" ]]; then
   shift
 fi
-exec glmlaunch serve ${opts[@]+"${opts[@]}"} ${sets[@]+"${sets[@]}"} -- "$@"
+exec glmlaunch serve ${profile[@]+"${profile[@]}"} ${opts[@]+"${opts[@]}"} ${sets[@]+"${sets[@]}"} -- "$@"

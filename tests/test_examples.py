@@ -45,6 +45,8 @@ not installed here (``jq``, ``curl``, ``zsh``, ``fish``, ``nvidia-smi``) skips i
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import shlex
@@ -55,6 +57,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FIXTURES, REPO
@@ -656,3 +659,118 @@ def test_wrapper_accepts_agreeing_spellings_and_reads_the_v19_aliases(tmp_path: 
     exports = done.stdout
     assert "VLLM_DCP_QUERY_SPLIT=1" in exports and "VLLM_B12X_MLA_CKV_GATHER_MAX_TOKENS=140000" in exports
     assert "from your environment is replaced" not in done.stderr  # the same values: nothing shadowed
+
+
+# --- issue 31, item 12: the old chain's own exports, through the drop-in, serve what the old chain served --
+
+UPSTREAM = FIXTURES / "upstream"
+OFFLINE = {"DRY_RUN": "1", "GLMLAUNCH_INVENTORY": str(INVENTORY), "GLMLAUNCH_SKIP_PREFLIGHT": "1"}
+
+
+def _recorded(name: str) -> dict[str, Any]:
+    """A launcher chain's recorded resolution (scripts/record_launcher_chain.py): the environment the chain
+    exported just before it exec'd vLLM, and that argv."""
+    doc: dict[str, Any] = json.loads((UPSTREAM / f"{name}.json").read_text(encoding="utf-8"))
+    return doc
+
+
+@pytest.mark.parametrize("name", ["old-chain-r12", "old-chain-gate"])
+def test_the_old_chains_exported_environment_gives_the_old_chains_argv(name: str, tmp_path: Path) -> None:
+    """Everything the old chain exported (ONLINE_QUANT=none, MOE_MODE=a16, its VLLM_* names, …), in a real
+    bash running the drop-in: accepted, and the argv is the one the old chain exec'd, flag for flag."""
+    chain = _recorded(name)
+    assert chain["env"]["MODEL_FAMILY"] == "glm52-exl3" and chain["env"]["ONLINE_QUANT"] == "none"
+    done = wrapper({**chain["env"], **OFFLINE}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr
+    assert dry_run_argv(done)[1:] == chain["argv"][1:]  # the program's path aside: the fake vllm's
+    assert done.stderr.splitlines()[0].startswith("serve-glm52.sh: MODEL_FAMILY=glm52-exl3 -> -p r12-exl3, ")
+
+
+def test_an_r7_chains_environment_is_accepted_under_its_profile(tmp_path: Path) -> None:
+    chain = _recorded("r34-exl3-r7")
+    assert chain["env"]["ONLINE_QUANT"] == "exl3-b6"
+    done = wrapper({**chain["env"], **OFFLINE, "GLMLAUNCH_PROFILE": "r34-exl3-r7"}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    plain = subprocess.run(
+        [str(VENV / "bin" / "glmlaunch"), "serve", "--dry-run", "-p", "r34-exl3-r7"],
+        env={**example_env(tmp_path), **OFFLINE}, cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert dry_run_argv(done) == dry_run_argv(plain)
+
+
+def test_model_family_glm52_exl3_alone_serves_the_r12_preset(tmp_path: Path) -> None:
+    r12 = _recorded("old-chain-r12")["argv"]
+    done = wrapper({"MODEL_FAMILY": "glm52-exl3", **OFFLINE}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert dry_run_argv(done)[1:] == r12[1:]
+    # glmlaunch's own choice still wins where it is made
+    gate = wrapper({"MODEL_FAMILY": "exl3", "GLMLAUNCH_PROFILE": "gate", **OFFLINE}, tmp_path)
+    argv = dry_run_argv(gate)
+    assert argv[argv.index("--max-num-seqs") + 1] == "1" and "-p r12-exl3" not in gate.stderr
+
+
+NEUTRAL = {
+    "PCIE_CALIBRATION": "0", "PCIE_CALIBRATION_ONLY": "0", "PCIE_CALIBRATION_TIMEOUT": "600",
+    "PCIE_CALIBRATION_CACHE_DIR": "/cache/pcie-calibration", "DCP_CKV_PREFETCH_TOPOLOGY": "auto",
+    "ONLINE_QUANT": "none", "ONLINE_MXFP8": "0", "ONLINE_FP8": "0", "ONLINE_FP8_MXFP4": "0",
+    "QUANTIZATION_CONFIG_JSON": "", "LINEAR_BACKEND": "auto", "NF3_GRID188": "1",
+    "DCP_A2A_LARGE_BACKEND": "ag_rs", "MOE_MODE": "a16",
+}  # fmt: skip
+
+
+def test_the_old_defaults_of_retired_variables_are_accepted_and_named(tmp_path: Path) -> None:
+    r12 = _recorded("old-chain-r12")["argv"]
+    done = wrapper({"MODEL_FAMILY": "glm52-exl3", **NEUTRAL, **OFFLINE}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert dry_run_argv(done)[1:] == r12[1:]
+    said = next(line for line in done.stderr.splitlines() if "nothing to do" in line)
+    for name in ("PCIE_CALIBRATION=0", "QUANTIZATION_CONFIG_JSON=", "LINEAR_BACKEND=auto", "ONLINE_FP8=0"):
+        assert name in said
+    assert "MOE_MODE=a16 -> env.B12X_MOE_FORCE_A16=1" in done.stderr.splitlines()[0]
+
+
+def test_retired_variables_asking_for_what_glmlaunch_does_not_do_are_refused_together(tmp_path: Path) -> None:
+    asks = {
+        "PCIE_CALIBRATION": "force", "ONLINE_QUANT": "mxfp8", "QUANTIZATION_CONFIG_JSON": '{"linear":{}}',
+        "ONLINE_FP8": "1", "LINEAR_BACKEND": "cutlass", "DCP_CKV_PREFETCH_TOPOLOGY": "safe",
+    }  # fmt: skip
+    done = wrapper({"MODEL_FAMILY": "glm52-exl3", **NEUTRAL, **asks, **OFFLINE}, tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    errors = done.stderr.splitlines()
+    assert len(errors) == len(asks) + 1
+    for name, value in asks.items():
+        assert any(line.startswith(f"serve-glm52.sh: error: {name}={value}: ") for line in errors), name
+    assert errors[-1].startswith(f"serve-glm52.sh: error: {len(asks)} old variable(s) above")
+
+
+# --- examples that need the GPUs: what they name exists (issue 31: run here, they stop at exit 8) ---------
+
+_READS = {"-p", "--profile", "--inventory", "--replay", "--log"}
+_WRITES = {"--save", "-o", "--output", "--record", "--svg"}
+
+
+def test_the_files_and_profiles_gpu_examples_name_exist() -> None:
+    """A `# needs: gpu` example stops at exit 8 here before it reads much: each profile it names is shipped
+    (or a file of the repository) and each file it reads is in the repository or written by an earlier
+    command of its block (vllm.log: the log the served vLLM writes, which `watch --log` waits for)."""
+    shipped = {p.stem for p in (REPO / "profiles").glob("*.yaml")}
+    checked = 0
+    for block in EXAMPLES:
+        written: set[str] = set()
+        for command in commands_of(block, gpu_visible=False):
+            code = command.text.splitlines()[-1]
+            start = _comment_start(code)
+            words = shlex.split("\n".join([*command.text.splitlines()[:-1], code[:start] if start else code]))
+            pairs = list(itertools.pairwise(words))
+            written |= {value for flag, value in pairs if flag in _WRITES}
+            if not command.needs_gpu or "glmlaunch" not in words:
+                continue
+            for flag, value in pairs:
+                if flag in {"-p", "--profile"}:
+                    assert value in shipped or (REPO / value).is_file(), f"{block.where}: no profile {value}"
+                    checked += 1
+                elif flag in _READS and value != "vllm.log":
+                    assert value in written or (REPO / value).exists(), f"{block.where}: no file {value}"
+                    checked += 1
+    assert checked >= 5  # the README's GPU examples were found

@@ -115,6 +115,17 @@ def test_every_command_shows_examples_of_itself(path: tuple[str, ...], helps: He
     assert [ln.strip() for ln in examples] == declared
 
 
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_every_help_fits_80_columns_and_says_each_default_once(
+    path: tuple[str, ...], clean_env: dict[str, str]
+) -> None:
+    text = run_cli(*path, "-h", env={**clean_env, "COLUMNS": "80"}).stdout
+    wide = [line for line in text.splitlines() if len(line) > 80]
+    assert not wide, wide
+    # one convention: the help text says the default in words; click's "[default: X]" would repeat it
+    assert "[default:" not in text
+
+
 @pytest.mark.parametrize("path", [p for p in PATHS if p in {(), ("profiles",), ("calibrate",)}], ids=str)
 def test_command_summaries_are_whole(path: tuple[str, ...], helps: Helps) -> None:
     commands = helps[path].split("\nCommands:\n", 1)[1].split("\n\n", 1)[0]
@@ -173,17 +184,42 @@ def _all_examples() -> list[tuple[tuple[str, ...], str]]:
 
 
 EXAMPLES = _all_examples()
-RUNNABLE = list(dict.fromkeys(line for _, line in EXAMPLES))  # a group repeats some of its commands' examples
-#: The files the examples name, as an operator would have them: a saved inventory of the target rig, one
-#: vLLM boot log, a profile of their own.
-EXAMPLE_FILES = {
-    "rig.json": FIXTURES / "inventories" / "rtxpro6000x4.json",
+#: The examples of one help, in order: they run as an operator reading that help would type them, one
+#: after the other in one directory, so a file one example writes is there for the next.
+BY_HELP: dict[tuple[str, ...], list[str]] = {}
+for _path, _line in EXAMPLES:
+    BY_HELP.setdefault(_path, []).append(_line)
+
+#: What an example may read without writing it first: a vLLM log, the one input only the operator has
+#: (a recorded one stands in for it here).
+OPERATOR_LOGS = {
     "boot.log": FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp3-v1-server.log",
-    # the watch's: the plan it recorded against, a recorded NVML trace, and a log that ended in an OOM
-    "h200.yaml": FIXTURES / "watch" / "h200.yaml",
-    "leak.json": FIXTURES / "watch" / "leak.json",
     "vllm.log": FIXTURES / "watch" / "oom.log",
 }
+#: What an example that runs on the GPUs writes; here (no GPU) a recording of the same kind stands in.
+GPU_WRITES = {"rig.json": FIXTURES / "inventories" / "rtxpro6000x4.json"}
+_FILE_WORD = re.compile(r"^[\w./-]+\.(?:json|ya?ml|log|svg)$")
+_WRITES_NEXT = {"-o", "--output", "--save", "--svg", "--record", "--readings", ">"}
+
+
+def _files(line: str) -> tuple[list[str], list[str]]:
+    """The files an example reads and the files it writes (after -o, --save, --svg, --record, ``>``)."""
+    words = [w for w in re.split(r"\s+", line.split(" #", 1)[0].replace("$(", " ").replace(")", " ")) if w]
+    reads: list[str] = []
+    writes: list[str] = []
+    for before, word in zip(["", *words], words, strict=False):
+        if _FILE_WORD.match(word):
+            (writes if before in _WRITES_NEXT else reads).append(os.path.normpath(word))
+    return reads, writes
+
+
+def _producers() -> dict[str, str]:
+    """Each file some example writes, and the first example that writes it."""
+    out: dict[str, str] = {}
+    for _, line in EXAMPLES:
+        for name in _files(line)[1]:
+            out.setdefault(name, line)
+    return out
 
 
 def _gpu_visible() -> bool:
@@ -191,15 +227,37 @@ def _gpu_visible() -> bool:
     return smi is not None and subprocess.run([smi, "-L"], capture_output=True, check=False).returncode == 0
 
 
+def test_every_file_an_example_reads_is_one_it_can_have() -> None:
+    """A file named by an example is written by an earlier example of the same help, is a vLLM log of the
+    operator's own, or is written by an example elsewhere that the line's comment names ("rig.json: hw
+    --save"): never a file only this repository's tests have."""
+    producers = _producers()
+    for path, lines in BY_HELP.items():
+        written: set[str] = set()
+        for line in lines:
+            reads, writes = _files(line)
+            for name in reads:
+                if name in written or name in OPERATOR_LOGS:
+                    continue
+                assert name in producers, f"{' '.join(path)}: {line}: nothing writes {name}"
+                # the comment names the command and the option that write it: "rig.json: hw --save"
+                words = _glmlaunch_words(producers[name].split(" #", 1)[0])
+                command = next(w for w in words if not w.startswith("-"))
+                option = words[words.index(name) - 1]
+                comment = line.split(" #", 1)[1] if " #" in line else ""
+                assert f"{command} {option}" in comment, (
+                    f"{line}: say where {name} comes from: {producers[name]}"
+                )
+            written.update(writes)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("line", RUNNABLE, ids=[line.split("#")[0].strip() for line in RUNNABLE])
-def test_every_example_runs(line: str, tmp_path: Path, clean_env: dict[str, str]) -> None:
-    needs_gpus = _needs_the_gpus(line)
-    if needs_gpus and _gpu_visible():
-        pytest.skip("runs on the target rig's GPUs")
-    for name, source in EXAMPLE_FILES.items():
-        shutil.copyfile(source, tmp_path / name)
-    (tmp_path / "mine.yaml").write_text("extends: gate\ndescription: my own\n")
+@pytest.mark.parametrize("path", list(BY_HELP), ids=[" ".join(p) or "glmlaunch" for p in BY_HELP])
+def test_every_example_runs(path: tuple[str, ...], tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """The help's examples in order, in one empty directory: each runs (exit 0), or, where it needs the
+    target rig's GPUs and none is here, stops with the documented exit 8; a file it reads is there
+    because an earlier example wrote it (what a GPU example writes, a recording stands in for)."""
+    gpus = _gpu_visible()
     # vllm and lmcache are installed where glmlaunch serves; stand-ins that `serve` finds but never reaches
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -209,23 +267,42 @@ def test_every_example_runs(line: str, tmp_path: Path, clean_env: dict[str, str]
     env = dict(
         clean_env, PATH=os.pathsep.join([str(Path(sys.executable).parent), str(bin_dir), clean_env["PATH"]])
     )
-    words = _plain_words(line)
-    if words is not None:  # what bash would run is these words: run them as the console script would
-        res: Any = run_cli(*words[1:], env=env, cwd=tmp_path, timeout=120)
-    else:
-        res = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", line],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert "shows the usage" not in res.stderr and "internal error" not in res.stderr, res.stderr
-    if needs_gpus:
-        # without a GPU: the documented exit 8, said in one error line
-        assert res.returncode == 8, (res.returncode, res.stderr[-2000:])
-        assert res.stderr.splitlines()[-1].startswith("error: "), res.stderr
-    else:
-        assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    work = tmp_path / "work"
+    work.mkdir()
+    producers = _producers()
+    for line in BY_HELP[path]:
+        needs_gpus = _needs_the_gpus(line)
+        if needs_gpus and gpus:
+            continue  # runs on the target rig's GPUs (tests/launch/test_serve_gpu.py and the like)
+        reads, writes = _files(line)
+        for name in reads:
+            if not (work / name).exists():
+                stand_in = OPERATOR_LOGS.get(name) or GPU_WRITES.get(name)
+                # written by an example of another help (the comment names it; the test above checks)
+                assert stand_in is not None and name in {**OPERATOR_LOGS, **producers}, (line, name)
+                shutil.copyfile(stand_in, work / name)
+        words = _plain_words(line)
+        if words is not None:  # what bash would run is these words: run them as the console script would
+            res: Any = run_cli(*words[1:], env=env, cwd=work, timeout=120)
+        else:
+            res = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", line],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        assert "shows the usage" not in res.stderr and "internal error" not in res.stderr, res.stderr
+        if needs_gpus:
+            # without a GPU: the documented exit 8, said in one error line
+            assert res.returncode == 8, (line, res.returncode, res.stderr[-2000:])
+            assert res.stderr.splitlines()[-1].startswith("error: "), res.stderr
+            for name in writes:
+                if name in GPU_WRITES:
+                    shutil.copyfile(GPU_WRITES[name], work / name)
+        else:
+            assert res.returncode == 0, (line, res.returncode, res.stderr[-2000:])
+            for name in writes:
+                assert (work / name).exists(), f"{line}: wrote no {name}"

@@ -7,6 +7,7 @@ object whose first key is ``schema_version``; its JSON Schema is in ``docs/schem
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -83,16 +84,24 @@ def show_config(profile: str | None, overrides: Sequence[str], *, as_json: bool)
     table.add_column("key", no_wrap=True)
     table.add_column("value")
     table.add_column("source")
-    sizes = size_keys()
     for key, value in paths.flatten(resolved.config.model_dump(mode="json")):
-        leaf = key.rsplit(".", 1)[-1]
-        if key in sizes and isinstance(value, int):
-            # 95.01 GiB as the profile wrote it, not 102016210698 (the JSON keeps the exact integer)
-            shown = display_size(value)
-        else:
-            shown = json.dumps(mask_obj({leaf: value})[leaf], ensure_ascii=False)
-        table.add_row(key, mask_secrets(shown), str(resolved.source_of(key)))
+        table.add_row(key, setting_text(key, value), str(resolved.source_of(key)))
     output.out_console.print(table)
+
+
+@functools.cache
+def _size_keys() -> frozenset[str]:
+    return size_keys()
+
+
+def setting_text(key: str, value: Any) -> str:
+    """One setting's value as every table shows it (``config``, ``diff``): a size in units as a profile
+    writes it (95.01 GiB, not 102016210698: the JSON keeps the exact integer), anything else as its JSON
+    (``null``, ``true``, ``"exl3"``), a secret-named key's value masked."""
+    if key in _size_keys() and isinstance(value, int) and not isinstance(value, bool):
+        return display_size(value)
+    leaf = key.rsplit(".", 1)[-1]
+    return mask_secrets(json.dumps(mask_obj({leaf: value})[leaf], ensure_ascii=False))
 
 
 def _shell_name(shell: str | None) -> ShellName:

@@ -76,8 +76,10 @@ GLMLAUNCH_LMCACHE_START_TIMEOUT = "GLMLAUNCH_LMCACHE_START_TIMEOUT"
 # CUDA variables glmlaunch also reads from the caller (hardware.py honours them when probing).
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
-# Conventions glmlaunch honours: NO_COLOR turns colour off; PATH is where `vllm` is looked up.
+# Conventions glmlaunch honours: NO_COLOR turns colour off; PATH is where `vllm` is looked up; COLUMNS
+# is the terminal's width where set (stderr messages wrap to it, as rich lays stdout out to it).
 NO_COLOR = "NO_COLOR"
+COLUMNS = "COLUMNS"
 PATH = "PATH"
 # Where the preflight looks for nvcc and for the JIT-built pools (the same cache vLLM uses).
 CUDA_HOME = "CUDA_HOME"

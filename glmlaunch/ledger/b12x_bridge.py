@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -277,6 +278,31 @@ def _indexer_plan(
 IMPORT_MESSAGE = "importing b12x (torch, triton) for its layouts and planners…"
 
 
+def _silence_finalization_noise() -> None:
+    """Keep the interpreter's shutdown from printing triton's nanobind leak report on stderr.
+
+    b12x imports triton, whose libtriton is built with nanobind; when the interpreter finalizes, nanobind
+    lists every triton object still alive ("nanobind: leaked 4 instances!", ~30 lines) on file descriptor
+    2. They are triton's own caches, nothing glmlaunch can release, and the switch nanobind has for it
+    (``set_leak_warnings``) is not exported by libtriton. So once the run is over (atexit: every message
+    of glmlaunch's is written by then), descriptor 2 goes to /dev/null for what finalization prints.
+    """
+    import atexit
+
+    def close_stderr() -> None:
+        try:
+            sys.stderr.flush()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):
+            return
+        try:
+            os.dup2(devnull, 2)
+        finally:
+            os.close(devnull)
+
+    atexit.register(close_stderr)
+
+
 @lru_cache(maxsize=1)
 def _modules() -> dict[str, Any] | None:
     # The import is the slow part of `--library b12x`: without a sign of life the command looks hung.
@@ -289,6 +315,7 @@ def _modules() -> dict[str, Any] | None:
             from b12x.comm.pcie import pcie_dcp_a2a, pcie_dcp_topk, pcie_dma, pcie_oneshot
     except Exception:  # any import failure (missing torch, triton, CUDA DSL) means "not available"
         return None
+    _silence_finalization_noise()
     return {
         "oneshot": pcie_oneshot,
         "dma": pcie_dma,

@@ -89,7 +89,8 @@ def run_diff(
         raise ConfigError(
             "nothing to compare",
             key="diff",
-            hint="give a second profile (glmlaunch diff gate turnkey) or overrides (--set key=value)",
+            hint=f"give a second profile (glmlaunch diff {a} gate) or overrides of {a}'s settings "
+            f"(glmlaunch diff {a} --set comm.single_channel=true)",
         )
     from glmlaunch.output import note
 

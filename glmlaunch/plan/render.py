@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from glmlaunch.config.commands import setting_text
 from glmlaunch.config.registry import GLMLAUNCH_SET
 from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.units import format_size
@@ -20,7 +21,7 @@ from glmlaunch.errors import MarginError, StrictWarningsError
 from glmlaunch.ledger.budget import Budget
 from glmlaunch.ledger.constants import for_stack
 from glmlaunch.ledger.model import LIFETIMES, Entry, LoadPeak, RankLedger, RuntimeDemand
-from glmlaunch.output import fit, mask_secrets, note, out_console, out_json, warn
+from glmlaunch.output import fit, fits, mask_secrets, note, out_console, out_json, warn
 from glmlaunch.plan import memmap
 from glmlaunch.plan.advice import obstacle
 from glmlaunch.plan.planner import ProfilePlan, entry_doc, find_entry, generation_line, plan_document
@@ -109,7 +110,19 @@ def _count_suffix(e: Entry) -> str:
 
 
 def ledger_table(rank: RankLedger, members: list[RankLedger], width: int | None = None) -> Table:
-    """One group of identical ranks: every entry by lifetime, shaped for ``width`` columns (None: full)."""
+    """One group of identical ranks: every entry by lifetime, in the widest layout that keeps every cell
+    whole at ``width`` columns (None: full). A layout's threshold is a guess at its width; the entry names
+    decide (a long one makes the medium layout wider than 80 columns)."""
+    table = _ledger_layout(rank, members, width)
+    for narrower in (FULL_WIDTH - 1, MEDIUM_WIDTH - 1):
+        if width is None or fits(table, width):
+            break
+        if narrower < width:
+            table = _ledger_layout(rank, members, narrower)
+    return table
+
+
+def _ledger_layout(rank: RankLedger, members: list[RankLedger], width: int | None) -> Table:
     who = ", ".join(f"{m.rank}" for m in members)
     gpus = ", ".join(f"{m.gpu}" for m in members)
     title = f"ranks {who} (GPUs {gpus})" + (" — identical" if len(members) > 1 else "")
@@ -451,10 +464,12 @@ def render_audit(result: ProfilePlan, audit: Audit, *, as_json: bool) -> None:
         title_justify="left",
         show_lines=True,
     )
-    t.add_column("finding")
-    t.add_column("per rank", justify="right")
-    t.add_column("device", justify="right")
-    t.add_column("evidence and fix")
+    # the id is what --json and the docs name: a column of its own, never wrapped or cut
+    t.add_column("id", no_wrap=True)
+    t.add_column("finding", overflow="fold")
+    t.add_column("per rank", justify="right", no_wrap=True)
+    t.add_column("device", justify="right", no_wrap=True)
+    t.add_column("evidence and fix", overflow="fold")
     for f in audit.findings:
         body = Text(f.evidence + "\n")
         body.append("fix: ", style="bold")
@@ -463,12 +478,13 @@ def render_audit(result: ProfilePlan, audit: Audit, *, as_json: bool) -> None:
             body.append("\ncaveat: ", style="bold")
             body.append(f.caveat)
         t.add_row(
-            Text(f"{f.title}\n[{f.id}, {f.certainty}]"),
+            f.id,
+            Text(f"{f.title}\n[{f.certainty}]"),
             _size(f.recoverable_bytes),
             _size(f.recoverable_device_bytes),
             body,
         )
-    t.add_row(Text("total", style="bold"), _size(audit.total_bytes), _size(audit.total_device_bytes), "")
+    t.add_row(Text("total", style="bold"), "", _size(audit.total_bytes), _size(audit.total_device_bytes), "")
     out_console.print(t)
     for i, why in audit.not_applicable:
         note(f"not applicable: {i}: {why}")
@@ -500,7 +516,7 @@ def render_diff(d: Diff, *, as_json: bool) -> None:
     s.add_column(lname)
     s.add_column(rname)
     for sd in d.settings:
-        s.add_row(sd.key, str(sd.left), str(sd.right))
+        s.add_row(sd.key, setting_text(sd.key, sd.left), setting_text(sd.key, sd.right))
     out_console.print(fit(s))
     e = Table(title="ledger per rank (device footprint)", title_justify="left")
     e.add_column("entry", no_wrap=True)

@@ -1030,23 +1030,25 @@ def run_search(
     )
     for line in result.notes:
         note(line)
-    if result.best is not None and path is not None:
+    unchanged = result.best is not None and not changes(result)
+    if result.best is not None and path is not None and not unchanged:
         chain = resolved.profile_chain
         extends = chain[-1].name if chain and chain[-1].builtin else str(chain[-1].path.resolve())
         write_overlay(path, overlay_yaml(result, extends=extends, command=command))
         note(f"wrote the calibrated overlay profile {path} (extends {extends}); use it with -p {path}")
     elif path is not None:
-        path = None  # nothing fits: nothing was written
+        path = None  # nothing fits, or the profile is already the best: nothing to write
     if as_json:
         out_json(result_document(result, overlay=path))
     else:
         for table in search_tables(result):
             out_console.print(fit(table))
     if result.best is not None:
-        if not changes(result):
+        if unchanged:
             note(
                 f"nothing to change: the profile's {result.knob.key} "
                 f"{result.knob.show(result.original.value)} is already the best"
+                + ("; no overlay written (use the profile itself)" if write else "")
             )
         pinned = (
             result.best.value

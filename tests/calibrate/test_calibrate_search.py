@@ -639,3 +639,20 @@ def test_search_refuses_to_overwrite_an_overlay_without_force(
     default.write_text("mine: keep\n")
     again = run_cli(*args[:5], "max-gmu", env=clean_env, cwd=tmp_path)
     assert again.returncode == 2 and default.read_text() == "mine: keep\n"
+
+
+def test_nothing_to_change_writes_no_overlay_and_says_so(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """Issue 31, item 14: the profile's own value is the best: an overlay would only repeat the profile."""
+    tmp_path = tmp_path / "work"
+    tmp_path.mkdir()
+    search = ("calibrate", "search", "-p", "turnkey", "--objective")
+    done = run_cli(*search, "max-prefill-capacity", env=clean_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert "nothing to change" in done.stderr and "no overlay written" in done.stderr
+    assert "wrote the calibrated overlay" not in done.stderr
+    doc = json.loads(run_cli(*search, "max-prefill-capacity", "--json", env=clean_env, cwd=tmp_path).stdout)
+    assert doc["overlay"] is None and list(tmp_path.iterdir()) == []
+    # a search that changes something still writes its overlay
+    changed = run_cli(*search, "min-gmu", env=clean_env, cwd=tmp_path)
+    assert changed.returncode == 0 and (tmp_path / "turnkey-min-gmu.yaml").is_file(), changed.stderr

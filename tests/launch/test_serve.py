@@ -485,9 +485,9 @@ def test_wrapper_dry_run_and_profile_variable(fake: Fake) -> None:
 
 def test_wrapper_refuses_removed_variables_and_other_families(fake: Fake) -> None:
     _, record, env = fake
-    rc, _, _, err = run_wrapper({**env, "PCIE_CALIBRATION": "auto", "MOE_MODE": "a4", "TP": "4"})
+    rc, _, _, err = run_wrapper({**env, "PCIE_CALIBRATION": "force", "ONLINE_QUANT": "fp8", "TP": "4"})
     assert rc == 2
-    assert "PCIE_CALIBRATION: calibration is no longer" in err and "MOE_MODE:" in err
+    assert "PCIE_CALIBRATION=force: calibration is no longer" in err and "ONLINE_QUANT=fp8:" in err
     assert "2 old variable(s)" in err
     rc, _, _, err = run_wrapper({**env, "MODEL_FAMILY": "ds4"})
     assert rc == 2 and "MODEL_FAMILY=ds4" in err

@@ -42,3 +42,12 @@ def test_piped_stderr_gets_no_spinner(clean_env: dict[str, str]) -> None:
     assert out.returncode == 0, out.stderr
     assert IMPORT_MESSAGE not in out.stderr and "\r" not in out.stderr
     assert "library: b12x" in out.stderr  # the run still says which library it used
+
+
+def test_the_interpreters_shutdown_prints_no_nanobind_leak_report(clean_env: dict[str, str]) -> None:
+    """Issue 31, item 14: triton's nanobind module listed its live objects at exit (~30 lines of
+    "nanobind: leaked …") after the plan; a real process, since the report comes at its finalization."""
+    out = run_cli_process("plan", "-p", "turnkey", "--library", "b12x", env=clean_env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "nanobind" not in out.stderr and "leaked" not in out.stderr, out.stderr[-2000:]
+    assert "library: b12x" in out.stderr and "verdict: ok" in out.stdout

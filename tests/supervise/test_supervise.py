@@ -293,6 +293,26 @@ def test_calibrate_list_and_boots_show_the_outcome(served: Any) -> None:
     assert "outcome: served (exit 0)" in text.stdout
 
 
+@pytest.mark.parametrize("columns", [80, 100, 140])
+def test_boots_tables_cut_nothing_at_any_width(served: Any, columns: int) -> None:
+    """Issue 31, item 11: the boots list and a boot's timeline on a terminal: no cell cut with "…", no line
+    wider than the terminal, the boot id and the record id whole."""
+    from tests.plan.ptyrun import run_on_tty
+
+    env = {k: v for k, v in served[0].items() if k != "COLUMNS"}
+    boot_id = the_boot(env).name
+    [rec] = json.loads(run_cli("calibrate", "list", "--json", env=env).stdout)["records"]
+    for args in (("boots",), ("boots", boot_id)):
+        run = run_on_tty(*args, env=env, stream="stdout", columns=columns)
+        assert run.returncode == 0, run.other
+        text = "\n".join(run.tty_lines)
+        assert "…" not in text, text
+        assert all(len(line) <= columns for line in run.tty_lines), text
+        assert boot_id in text
+    listed = "\n".join(run_on_tty("boots", env=env, stream="stdout", columns=columns).tty_lines)
+    assert rec["record_id"] in listed
+
+
 # --- signals, exit status, leftovers -----------------------------------------------------------------
 
 
