@@ -268,12 +268,22 @@ class _Acc:
     """Mutable accumulator for one process while scanning; frozen into an observation at the end."""
 
     name: str
-    pids: list[int] = field(default_factory=list)
+    #: in order of first appearance; a dict, not a list, so that a log of many pids or refusals is read in
+    #: linear time (each line's "seen it already?" is one lookup, not a scan of all before it)
+    pid_set: dict[int, None] = field(default_factory=dict)
     values: dict[str, object] = field(default_factory=dict)
     found: list[str] = field(default_factory=list)
     unparsed: list[str] = field(default_factory=list)
-    refusals: list[Refusal] = field(default_factory=list)
+    refusal_set: dict[Refusal, None] = field(default_factory=dict)
     repeated: bool = False
+
+    @property
+    def pids(self) -> list[int]:
+        return list(self.pid_set)
+
+    @property
+    def refusals(self) -> list[Refusal]:
+        return list(self.refusal_set)
 
     def put(self, key: str, updates: dict[str, object]) -> None:
         if key in ACCUMULATED:
@@ -282,8 +292,11 @@ class _Acc:
                 self.found.append(key)
             for name, value in updates.items():
                 if isinstance(value, list):
-                    before = self.values.get(name, [])
-                    self.values[name] = [*(before if isinstance(before, list) else []), *value]
+                    before = self.values.get(name)
+                    if isinstance(before, list):
+                        before.extend(value)  # in place: a copy per line would be quadratic in the lines
+                    else:
+                        self.values[name] = list(value)
                 else:
                     self.values[name] = int(self.values.get(name, 0)) + int(value)  # type: ignore[call-overload]
             return
@@ -391,11 +404,15 @@ def _exl3_draft_plan(m: re.Match[str]) -> dict[str, object]:
     }
 
 
+# Every ``.*?`` of a pattern here is bounded (``.{0,1024}?``: vLLM's gaps are a sentence or a tiers
+# tuple): unbounded, a line repeating a pattern's opening words costs a scan to its end per repetition,
+# quadratic in the line (issue 31).
+
 #: The target model's EXL3 arena as rank 0 plans it: the capacities and the buffers' size, all of it (the
 #: booted configuration reads the capacities of the same line more loosely:
 #: :data:`glmlaunch.vllmlog.bootconfig.EXL3_CAPACITIES_RE`).
 EXL3_ARENA_RE = re.compile(
-    r"EXL3 mixed Trellis runtime planned:(?: tiers=(?P<tiers>\(\(.*?\)\)))?"
+    r"EXL3 mixed Trellis runtime planned:(?: tiers=(?P<tiers>\(\(.{0,1024}?\)\)))?"
     r"(?:"
     r" decode_capacity=(?P<dec>[0-9]+) prefill_capacity=(?P<pre>[0-9]+)"
     rf" scheduler_capacity=(?P<sch>[0-9]+) buffers={NUM} ?(GiB|MiB|KiB|B)\b"
@@ -466,9 +483,9 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
             rf" {named('req')} GiB\)\. Actual usage is {named('w')} GiB for"
             rf" weight, {named('p')} GiB for peak activation,"
             rf" {named('n')} GiB for non-torch memory, and"
-            rf" {named('g')} GiB for CUDAGraph memory\..*?"
-            r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`.*?to fit into requested memory, or"
-            r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`.*?to fully utilize gpu memory\."
+            rf" {named('g')} GiB for CUDAGraph memory\..{{0,1024}}?"
+            r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`.{0,1024}?to fit into requested memory, or"
+            r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`.{0,1024}?to fully utilize gpu memory\."
             rf" Current kv cache memory in use is {named('kvuse')} GiB"
         ),
         _free_memory,
@@ -722,9 +739,14 @@ def _merge_unranked(workers: dict[str, _Acc]) -> dict[str, _Acc]:
         target.values = {**acc.values, **target.values}
         target.found = [k for k in acc.found if k not in target.found] + target.found
         target.unparsed = acc.unparsed + target.unparsed
-        target.refusals = acc.refusals + [r for r in target.refusals if r not in acc.refusals]
+        target.refusal_set = {**acc.refusal_set, **target.refusal_set}
         target.repeated = target.repeated or acc.repeated
     return merged
+
+
+def _event_key(event: RuntimeEvent) -> tuple[tuple[str, object], ...]:
+    """What makes two events the same event: every field but the process that logged it."""
+    return tuple((name, value) for name, value in event if name != "process")
 
 
 def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
@@ -732,11 +754,13 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     workers: dict[str, _Acc] = {}
     engine = _Acc(name="engine")
     engine_name: str | None = None
-    unattributed: list[Refusal] = []
+    # Every "seen it already?" below is one lookup in a dict kept in log order, never a scan of what came
+    # before: a log of N distinct OOMs, readings or refusals is read in time linear in N (issue 31).
+    unattributed: dict[Refusal, None] = {}
     version: str | None = None
     failure: str | None = None
     ready = False
-    events: list[RuntimeEvent] = []
+    events: dict[tuple[tuple[str, object], ...], RuntimeEvent] = {}
 
     for msg in iter_messages(text):
         if version is None:
@@ -748,11 +772,9 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
                 event = runtime_event(msg, ready)
             except (ValueError, OverflowError):
                 event = None
-            if event is not None and event.model_dump(exclude={"process"}) not in [
-                e.model_dump(exclude={"process"}) for e in events
-            ]:
+            if event is not None:
                 # the parent process echoes a worker's exception: one event per distinct message
-                events.append(event)
+                events.setdefault(_event_key(event), event)
         try:
             refusal = _refusal(msg.text)
         except (ValueError, OverflowError):  # a number too long for int() or too large for a float
@@ -766,34 +788,32 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
             if stated is not None:
                 failure = stated[:300]
         if msg.process is None:
-            if refusal is not None and refusal not in unattributed:
-                unattributed.append(refusal)
+            if refusal is not None:
+                unattributed.setdefault(refusal)
             continue
         if is_worker(msg.process):
             key = _worker_key(msg.process, msg.pid)
             acc = workers.setdefault(key, _Acc(name=key))
-            if msg.pid is not None and msg.pid not in acc.pids:
-                acc.pids.append(msg.pid)
+            if msg.pid is not None:
+                acc.pid_set.setdefault(msg.pid)
             if refusal is not None:
-                if refusal not in acc.refusals:
-                    acc.refusals.append(refusal)
+                acc.refusal_set.setdefault(refusal)
                 continue
             _apply(acc, _WORKER_MATCHERS, msg.text)
         elif is_engine(msg.process):
             engine_name = engine_name or msg.process
             if refusal is not None:
-                if refusal not in engine.refusals:
-                    engine.refusals.append(refusal)
+                engine.refusal_set.setdefault(refusal)
                 continue
             _apply(engine, _ENGINE_MATCHERS, msg.text)
-        elif refusal is not None and refusal not in unattributed:
-            unattributed.append(refusal)
+        elif refusal is not None:
+            unattributed.setdefault(refusal)
 
     workers = _merge_unranked(workers)
-    attributed = [r for a in (engine, *workers.values()) for r in a.refusals]
+    attributed = {r: None for a in (engine, *workers.values()) for r in a.refusal_set}
     # A worker's or EngineCore's exception is often echoed again, unprefixed, by the parent process.
-    unattributed = [r for r in unattributed if r not in attributed]
-    kinds = {r.kind for r in (*attributed, *unattributed)}
+    unechoed = [r for r in unattributed if r not in attributed]
+    kinds = {r.kind for r in (*attributed, *unechoed)}
     ranks = [_freeze_rank(acc, kinds) for acc in workers.values()]
     ranks.sort(key=_rank_sort_key)
     refused = bool(kinds)
@@ -817,13 +837,13 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
         size_bytes=len(raw),
         ranks=ranks,
         engine=engine_obs,
-        unattributed_refusals=unattributed,
+        unattributed_refusals=unechoed,
         ends_mid_line=bool(text) and not text.endswith(("\n", "\r")),
         complete=complete,
         repeated_ranks=[a.name for a in workers.values() if a.repeated],
         failure=None if refused else failure,
         boot_config=None if boot_config.empty else boot_config,
-        runtime_events=events,
+        runtime_events=list(events.values()),
     )
 
 

@@ -49,16 +49,18 @@ _CKV_CAPACITY_RE = re.compile(r"full CKV gather capacity: ([0-9]+) tokens")
 _RUNNER_RE = re.compile(r"Using V([12]) Model Runner")
 #: The target model's EXL3 capacities (``EXL3 mixed Trellis runtime planned: …``), buffers optional and
 #: any tiers text: the booted configuration needs the capacities. The per-rank observation of the same
-#: line (:data:`glmlaunch.vllmlog.boot.EXL3_ARENA_RE`) needs the arena's size and so the whole line.
+#: line (:data:`glmlaunch.vllmlog.boot.EXL3_ARENA_RE`) needs the arena's size and so the whole line. The
+#: gap is bounded, as in :mod:`glmlaunch.vllmlog.boot`: linear in a line that repeats the opening words.
 EXL3_CAPACITIES_RE = re.compile(
-    r"EXL3 mixed Trellis runtime planned:.*? decode_capacity=([0-9]+) prefill_capacity=([0-9]+)"
+    r"EXL3 mixed Trellis runtime planned:.{0,1024}? decode_capacity=([0-9]+) prefill_capacity=([0-9]+)"
     r" scheduler_capacity=([0-9]+)(?: buffers=([0-9.]+) ?(GiB|MiB|KiB|B)\b)?"
 )
 #: The same line as Gilded Gnosis r28+ and Infernal Invocation print it: ``one-grid decode=D one-grid
 #: prefill=C/S block_m=B buffers=X+Y MiB`` (D the decode window, C the prefill capacity, S the scheduler's
 #: batched tokens, B the prefill route block; buffers optional)
 EXL3_GRID_CAPACITIES_RE = re.compile(
-    r"EXL3 mixed Trellis runtime planned:.*? one-grid decode=([0-9]+) one-grid prefill=([0-9]+)/([0-9]+)"
+    r"EXL3 mixed Trellis runtime planned:.{0,1024}? one-grid decode=([0-9]+)"
+    r" one-grid prefill=([0-9]+)/([0-9]+)"
     r" block_m=([0-9]+)(?: buffers=([0-9.]+)\+([0-9.]+) ?(GiB|MiB|KiB|B)\b)?"
 )
 #: ``Configured b12x PCIe crossovers: oneshot max=…, fused max=…, DMA min=….`` (bytes)

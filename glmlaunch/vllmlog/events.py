@@ -74,8 +74,13 @@ def free_reading(gpu: int, free_mib: int) -> str:
 
 # --- failures -------------------------------------------------------------------------------------
 
-#: a Python exception line: ``torch.OutOfMemoryError: CUDA out of memory…`` (the name, the message)
-EXCEPTION_RE = re.compile(r"\b((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)")
+#: A Python exception line: ``torch.OutOfMemoryError: CUDA out of memory…`` (the name, the message).
+#: A name starts only where a dotted name can (not after ``word.``): a search that tried every part of
+#: a long ``a.b.c.…`` chain again would be quadratic in the line (a 256 KiB line: minutes).
+EXCEPTION_RE = re.compile(
+    r"(?<![A-Za-z0-9_])(?<![A-Za-z0-9_]\.)"
+    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)"
+)
 #: the words :data:`EXCEPTION_RE` needs (a cheap test before it)
 EXCEPTION_LEADS = ("Error: ", "Exception: ")
 #: What vLLM writes when its engine dies (v1: core.py, core_client.py, engine/utils.py, exceptions.py).
