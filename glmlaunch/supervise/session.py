@@ -36,10 +36,10 @@ import contextlib
 import hashlib
 import json
 import os
-import queue
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +53,7 @@ from glmlaunch.supervise import cache_server, process
 from glmlaunch.supervise.boots import BootDir, last_timeline
 from glmlaunch.supervise.outcome import Verdict, classify, plan_vs_boot
 from glmlaunch.supervise.stream import BootStream
-from glmlaunch.supervise.tee import Item, Tee, copy_window_size, open_pty
+from glmlaunch.supervise.tee import Backlog, Tee, copy_window_size, open_pty
 from glmlaunch.supervise.timeline import Timeline, expected_from_phases, fmt_seconds
 
 if TYPE_CHECKING:
@@ -77,6 +77,10 @@ BASELINE_WAIT_S = 15.0
 BASELINE_SLACK_BYTES = 2 * 1024 * 1024
 TICK_S = 1.0
 SWITCH_INTERVAL_S = 0.001
+#: After a stop signal from glmlaunch's caller, how long the steps after vLLM's exit that read its output
+#: (draining it, parsing boot.log, the record) may take together before they are abandoned: the caller
+#: asked glmlaunch to stop, and outcome.json is written either way.
+STOPPING_BUDGET_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,54 @@ class _Run:
     baseline_note: str | None = None
     watching: Watching | None = None
     lmcache: cache_server.CacheServer | None = None
+    #: the monotonic time the steps after vLLM's exit are abandoned at (a stop signal was forwarded)
+    steps_deadline: float | None = None
+    #: why the steps after vLLM's exit were abandoned (a stop signal then, or the budget spent)
+    abandoned: str | None = None
+
+
+def _step(run: _Run, what: str, fn: Callable[[], Any], on_reaped: Callable[[int, int], None]) -> Any:
+    """``fn`` (after vLLM exited) on a thread, while this one keeps answering signals; None when abandoned.
+
+    Signals stay blocked here, so without this a long step (a large boot.log parsed) left glmlaunch deaf
+    to them. A stopping signal abandons the step and every later one, and so does the stop budget
+    (:data:`STOPPING_BUDGET_S`) running out; SIGCHLD is reaped as the wait loop reaps it.
+    """
+    if run.abandoned is not None:
+        return None
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # raised again on the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"glmlaunch-{what.replace(' ', '-')}", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        wait = 0.2
+        if run.steps_deadline is not None:
+            wait = min(wait, run.steps_deadline - time.monotonic())
+            if wait <= 0:
+                run.abandoned = f"the {fmt_seconds(STOPPING_BUDGET_S)} after the stop signal ran out"
+                break
+        sig = process.wait_signal(wait)
+        if sig in process.STOPPING:
+            run.abandoned = f"{process.signal_name(sig)} after vLLM exited"
+            break
+        if sig == signal.SIGCHLD:
+            for pid, status in process.reap():
+                on_reaped(pid, status)
+        thread.join(0.0)
+    if run.abandoned is not None:
+        line = f"stopped waiting for {what}: {run.abandoned}"
+        warn(f"supervise: {line}; outcome.json is written without it")
+        run.notes.append(line)
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def supervise(launch: Launch) -> Result:
@@ -448,7 +500,7 @@ def _run_child(run: _Run, before: list[GpuMemory] | None) -> Result:
     for fd in close_after:
         os.close(fd)
     run.pid = child.pid
-    items: queue.SimpleQueue[Item] = queue.SimpleQueue()
+    items = Backlog()
     tee = Tee(items)
     for name, src, dst in sources:
         tee.add(name, src, dst)
@@ -670,6 +722,10 @@ def _after_exit(
     status_text = process.describe_status(code, sig)
     server = run.lmcache
     on_reaped = _lmcache_reaped(run)
+    if any(str(f["signal"]) in _STOP_NAMES for f in run.forwarded):
+        # the caller asked glmlaunch to stop: what follows vLLM's exit is bounded (and a second stop
+        # signal ends it at once, :func:`_step`)
+        run.steps_deadline = time.monotonic() + STOPPING_BUDGET_S
     left = process.end_tree(
         stops.kill_after_s,
         on_reaped=on_reaped,
@@ -686,16 +742,25 @@ def _after_exit(
         if server.left_behind:
             shown = ", ".join(f"{p.name} pid {p.pid} ({p.ended})" for p in server.left_behind)
             warn(f"supervise: LMCache left {len(server.left_behind)} process(es) behind; reaped: {shown}")
-    if not tee.stop(10.0):
+    if _step(run, "vLLM's output to end", lambda: tee.stop(10.0), on_reaped) is False:
         warn("supervise: vLLM's output is still open after it exited (a process outside glmlaunch's reach)")
-    if not stream.join(30.0):
+    if _step(run, "the boot log to be written", lambda: stream.join(30.0), on_reaped) is False:
         warn("supervise: the boot log was still being written when glmlaunch stopped waiting for it")
     if stream.error is not None:
         warn(f"supervise: reading vLLM's output failed: {type(stream.error).__name__}: {stream.error}")
     for name, why in tee.broken.items():
         warn(f"supervise: vLLM's {name} could not be forwarded after a point: {why}")
     ready = stream.ready.is_set()
-    parsed: BootLog | None = None if ready else _safely("parsing the boot log", lambda: _parse(run))
+    parsed: BootLog | None = (
+        None
+        if ready
+        else _step(
+            run,
+            "the boot log's parse",
+            lambda: _safely("parsing the boot log", lambda: _parse(run)),
+            on_reaped,
+        )
+    )
     stopping = dict.fromkeys(
         str(f["signal"]) for f in run.forwarded if str(f["signal"]) in _STOP_NAMES and "why" not in f
     )
@@ -718,15 +783,30 @@ def _after_exit(
             f"{', ' + cause if cause else ''}); vLLM was stopped and {status_text.replace('exit', 'exited')}",
         )
     final = _supervised(run, verdict.kind, status_text, verdict.diagnosis)
-    watch_summary = _safely("stopping the watch", lambda: _stop_watch(run))
+    watch_summary = _step(
+        run, "the watch to stop", lambda: _safely("stopping the watch", lambda: _stop_watch(run)), on_reaped
+    )
     if run.record is not None:
         from glmlaunch.calibrate.store import Store
 
         updated = run.record.model_copy(update={"supervised": final})
-        _safely("updating the calibration record", lambda: Store.default(run.launch.caller_env).save(updated))
+        store = Store.default(run.launch.caller_env)
+        _step(
+            run,
+            "the calibration record",
+            lambda: _safely("updating the calibration record", lambda: store.save(updated)),
+            on_reaped,
+        )
         run.record = updated
     elif not ready:
-        _safely("the calibration record", lambda: _ingest(run, final))
+        _step(
+            run,
+            "the calibration record",
+            lambda: _safely("the calibration record", lambda: _ingest(run, final)),
+            on_reaped,
+        )
+        if run.abandoned is not None and run.record is None:
+            run.record_problem = f"not made: {run.abandoned}"
     baseline = _baseline_after(run, before, child.pid, left)
     glm_code, glm_sig = code, sig
     if lmcache_failed:
@@ -878,6 +958,7 @@ def _outcome_doc(
             "boot_log_bytes": stream.boot_log.written,
             "boot_log_capped": stream.boot_log.capped,
             "serve_log_rotations": stream.serve_rotations,
+            "dropped_bytes": stream.dropped,
             "forwarded_bytes": dict(tee.bytes_forwarded) if tee is not None else None,
         },
         "notes": run.notes,

@@ -14,7 +14,11 @@ One thread consumes what the readers (:mod:`glmlaunch.supervise.tee`) queued and
   still on this thread.
 
 Lines from vLLM's stdout and stderr are kept whole (each stream is split on its own); their order in the
-copy is the order they reached glmlaunch. What a line says is read by :mod:`glmlaunch.vllmlog` (the
+copy is the order they reached glmlaunch. A "line" cut at :data:`MAX_PARTIAL` bytes without a newline is
+masked before the cut, and the cut leaves any start of a secret for the next piece, so a secret split by
+the cut is masked all the same. A gap the bounded backlog made under a flood
+(:class:`~glmlaunch.supervise.tee.Backlog`) is one ``[glmlaunch: N bytes dropped]`` line in the copy, the
+fragments of a secret on either side of it masked. What a line says is read by :mod:`glmlaunch.vllmlog` (the
 failures, the ready line, the milestones); the boot's own parser (:mod:`glmlaunch.vllmlog.boot`) reads
 ``boot.log`` once it is closed: the record is exactly what ``calibrate ingest`` makes of that file.
 """
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +36,7 @@ from typing import Literal
 
 from glmlaunch.config.units import MIB
 from glmlaunch.output import MASK, known_secrets
-from glmlaunch.supervise.tee import Item
+from glmlaunch.supervise.tee import Backlog, Dropped
 from glmlaunch.supervise.timeline import Timeline
 from glmlaunch.vllmlog.events import (
     FAILURE_LEAD_RE,
@@ -74,6 +77,33 @@ class Finding:
             "t_s": round(self.t, 3),
             "after_ready": self.after_ready,
         }
+
+
+def gap_line(dropped: int) -> bytes:
+    """The copy's line where ``dropped`` bytes of a flood were never parsed (nor kept)."""
+    return f"[glmlaunch: {dropped} bytes dropped]\n".encode()
+
+
+def secret_start_at_end(text: str, secrets: list[str]) -> int:
+    """How many of ``text``'s last characters may begin a secret (a proper prefix of one); 0: none."""
+    longest = 0
+    for secret in secrets:
+        for k in range(min(len(secret) - 1, len(text)), longest, -1):
+            if text.endswith(secret[:k]):
+                longest = k
+                break
+    return longest
+
+
+def secret_end_at_start(data: bytes, secrets: list[bytes]) -> int:
+    """How many of ``data``'s first bytes may end a secret (a proper suffix of one); 0: none."""
+    longest = 0
+    for secret in secrets:
+        for k in range(min(len(secret) - 1, len(data)), longest, -1):
+            if data.startswith(secret[-k:]):
+                longest = k
+                break
+    return longest
 
 
 def open_private(path: Path) -> int:
@@ -140,7 +170,7 @@ class _Copy:
 class BootStream:
     """The consumer thread: the private copy, the timeline, the findings, the ready event."""
 
-    items: queue.SimpleQueue[Item]
+    items: Backlog
     directory: Path
     sources: int
     started: float  # the monotonic time vLLM was started
@@ -152,6 +182,8 @@ class BootStream:
     serve_cap: int = SERVE_LOG_CAP
     findings: dict[FindingKind, Finding] = field(default_factory=dict)
     lines: int = 0
+    #: bytes of vLLM's output never parsed nor copied (a flood the bounded backlog dropped)
+    dropped: int = 0
     ready: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -159,12 +191,14 @@ class BootStream:
     serve_log: _Copy = field(init=False)
     serve_rotations: int = 0
     _secrets: list[str] = field(default_factory=list)
+    _secret_bytes: list[bytes] = field(default_factory=list)
     _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         self.boot_log = _Copy(self.directory / "boot.log", self.boot_cap)
         self.serve_log = _Copy(self.directory / "serve.log", self.serve_cap // 2)
         self._secrets = known_secrets()
+        self._secret_bytes = [s.encode("utf-8", "surrogateescape") for s in self._secrets]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="glmlaunch-boot-stream", daemon=True)
@@ -177,23 +211,28 @@ class BootStream:
 
     def _run(self) -> None:
         partial: dict[str, bytes] = {}
+        after_gap: set[str] = set()
         open_streams = self.sources
         try:
             while open_streams:
-                batch = [self.items.get()]
-                # everything queued meanwhile is handled in one go, and written with one write per file
-                while True:
-                    try:
-                        batch.append(self.items.get_nowait())
-                    except queue.Empty:
-                        break
-                for name, data in batch:
+                # everything queued meanwhile (up to a batch) is handled in one go, one write per file
+                for name, data in self.items.take():
                     if data is None:
                         rest = partial.pop(name, b"")
                         if rest:
                             self._line(rest)
                         open_streams -= 1
                         continue
+                    if isinstance(data, Dropped):
+                        self._gap(partial.pop(name, b""), data)
+                        after_gap.add(name)
+                        continue
+                    if name in after_gap:
+                        # the chunk after a gap starts mid-line: what may end a secret is masked
+                        after_gap.discard(name)
+                        cut = secret_end_at_start(data, self._secret_bytes)
+                        if cut:
+                            data = MASK.encode() + data[cut:]
                     buf = partial.get(name, b"") + data
                     start = 0
                     while True:
@@ -204,8 +243,7 @@ class BootStream:
                         start = nl + 1
                     rest = buf[start:]
                     if len(rest) > MAX_PARTIAL:
-                        self._line(rest)
-                        rest = b""
+                        rest = self._cut(rest)
                     partial[name] = rest
                 self._flush()
                 # A pause lets lines gather: a batch per wake-up instead of a wake-up per line, which at
@@ -227,9 +265,46 @@ class BootStream:
         # After a failure here the readers must still never block: take what they queue until they end.
         open_streams = self.sources
         while open_streams:
-            _, data = self.items.get()
-            if data is None:
-                open_streams -= 1
+            open_streams -= sum(1 for _, data in self.items.take() if data is None)
+
+    def _cut(self, rest: bytes) -> bytes:
+        """Write a line too long to wait for its newline; what is kept back for the next piece.
+
+        Masked whole before the cut; the characters that may begin a secret continued in the next piece
+        stay behind (a secret split by the cut is masked when the piece completes it)."""
+        text = mask_line(rest.decode("utf-8", "surrogateescape"), self._secrets)
+        keep = secret_start_at_end(text, self._secrets)
+        head, tail = (text[:-keep], text[-keep:]) if keep else (text, "")
+        self._line(head.encode("utf-8", "surrogateescape"))
+        return tail.encode("utf-8", "surrogateescape")
+
+    def _gap(self, before: bytes, gap: Dropped) -> None:
+        """The line cut by a gap, the gap's own line, the decisive lines kept from it: each piece with
+        what may be part of a secret at its cut ends masked."""
+        if before:
+            self._line(self._mask_ends(before) + b"\n")
+        self.dropped += gap.bytes
+        line = gap_line(gap.bytes)
+        if self.ready.is_set():
+            self._serve_write(line)
+        else:
+            self.boot_log.write(line)
+        for kept in gap.kept:
+            whole = kept.endswith(b"\n")
+            self._line(self._mask_ends(kept, head=True, tail=not whole) + (b"" if whole else b"\n"))
+
+    def _mask_ends(self, piece: bytes, *, head: bool = False, tail: bool = True) -> bytes:
+        """``piece`` masked, and its cut ends (``head``: its start, ``tail``: its end) where they may hold
+        part of a secret."""
+        if head:
+            cut = secret_end_at_start(piece, self._secret_bytes)
+            if cut:
+                piece = MASK.encode() + piece[cut:]
+        text = mask_line(piece.decode("utf-8", "surrogateescape"), self._secrets)
+        keep = secret_start_at_end(text, self._secrets) if tail else 0
+        if keep:
+            text = text[:-keep] + MASK
+        return text.encode("utf-8", "surrogateescape")
 
     def _line(self, raw: bytes) -> None:
         self.lines += 1

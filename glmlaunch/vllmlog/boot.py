@@ -749,8 +749,12 @@ def _event_key(event: RuntimeEvent) -> tuple[tuple[str, object], ...]:
     return tuple((name, value) for name, value in event if name != "process")
 
 
-def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
-    """Parse one boot log's text; never raises on malformed content (it is reported instead)."""
+def parse_log_text(
+    text: str, *, source: str = "<text>", digest: tuple[str, int] | None = None
+) -> BootLog:
+    """Parse one boot log's text; never raises on malformed content (it is reported instead).
+
+    ``digest``: the sha256 and size of the bytes ``text`` was read from (default: of ``text`` in UTF-8)."""
     workers: dict[str, _Acc] = {}
     engine = _Acc(name="engine")
     engine_name: str | None = None
@@ -829,12 +833,15 @@ def parse_log_text(text: str, *, source: str = "<text>") -> BootLog:
     complete = refused or (
         bool(ranks) and all(not r.missing for r in ranks) and engine_obs.kv_cache_tokens is not None
     )
-    raw = text.encode("utf-8", "surrogateescape")
+    if digest is None:
+        raw = text.encode("utf-8", "surrogateescape")
+        digest = hashlib.sha256(raw).hexdigest(), len(raw)
+        del raw
     boot_config = parse_boot_config(text)
     return BootLog(
         source=source,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        size_bytes=len(raw),
+        sha256=digest[0],
+        size_bytes=digest[1],
         ranks=ranks,
         engine=engine_obs,
         unattributed_refusals=unechoed,
@@ -894,9 +901,12 @@ def parse_log_file(path: str | Path) -> BootLog:
     raw = read_file(p, limit=MAX_BOOT_LOG_BYTES, key="LOG", what="boot log")
     # A record is JSON, which holds Unicode only: a byte that is not UTF-8 is kept as its escape.
     text = raw.decode("utf-8", "backslashreplace")
-    log = parse_log_text(text, source=escape(str(p)))
-    # Hash the bytes on disk, not the re-encoded text, so a record names exactly the file it came from.
-    log = log.model_copy(update={"sha256": hashlib.sha256(raw).hexdigest(), "size_bytes": len(raw)})
+    # Hash the bytes on disk, not the re-encoded text, so a record names exactly the file it came from;
+    # then let them go (a 64 MiB boot.log is not held twice while it is parsed).
+    digest = hashlib.sha256(raw).hexdigest(), len(raw)
+    del raw
+    log = parse_log_text(text, source=escape(str(p)), digest=digest)
+    del text
     return redact(log)
 
 

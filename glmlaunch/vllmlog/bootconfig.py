@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from glmlaunch.config.limits import MAX_INT_DIGITS, MAX_NESTING_DEPTH
 from glmlaunch.errors import MASK, is_secret_name
-from glmlaunch.vllmlog.lines import lines
+from glmlaunch.vllmlog.lines import iter_lines
 from glmlaunch.vllmlog.numbers import MAX_LOG_NUMBER, to_bytes
 
 #: Where vLLM states its version: the API server line, the start-up banner (box-drawing art, then
@@ -249,7 +249,7 @@ def parse_boot_config(text: str) -> BootConfig:
     gpus: list[tuple[str, int, str]] = []
     in_table = False
     in_gpus = False
-    for line in lines(text):
+    for line in iter_lines(text):
         if in_table:
             row = _EFFECTIVE_ROW_RE.match(line)
             if row:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]")
 LINE_BREAK_RE = re.compile(r"\r\n|\r|\n")
+_SEGMENT_RE = re.compile(r"[^\r\n]+")
 
 #: The whole prefix of a message: the process tag, then the level, date, time and source vLLM's logger
 #: writes (each optional), all consumed, so the message text starts with what the process said. A tag's
@@ -50,9 +51,21 @@ def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text)
 
 
+def iter_lines(text: str) -> Iterator[str]:
+    """The non-blank lines of ``text``, ANSI codes stripped, split at ``\\r\\n``, ``\\r`` and ``\\n``, one
+    at a time: a 64 MiB log is never held twice more as a list of its lines. (No ANSI code spans a line
+    break, so stripping each line is stripping the text.)"""
+    for m in _SEGMENT_RE.finditer(text):
+        line = m.group(0)
+        if "\x1b" in line:
+            line = strip_ansi(line)
+        if line.strip():
+            yield line
+
+
 def lines(text: str) -> list[str]:
-    """The non-blank lines of ``text``, ANSI codes stripped, split at ``\\r\\n``, ``\\r`` and ``\\n``."""
-    return [line for line in LINE_BREAK_RE.split(strip_ansi(text)) if line.strip()]
+    """:func:`iter_lines` as a list."""
+    return list(iter_lines(text))
 
 
 def small_int(text: str) -> int | None:
@@ -62,7 +75,7 @@ def small_int(text: str) -> int | None:
 
 def iter_messages(text: str) -> Iterator[Message]:
     """Split a raw log into messages, each attributed to the process named in its prefix (or None)."""
-    for segment in lines(text):
+    for segment in iter_lines(text):
         starts = list(PREFIX_RE.finditer(segment))
         if not starts:
             yield Message(None, None, segment)

@@ -4,7 +4,6 @@ fake vLLM), and ending as vLLM ended (real processes dying by real signals)."""
 
 from __future__ import annotations
 
-import queue
 import signal
 import subprocess
 import sys
@@ -18,7 +17,8 @@ from test_supervise import FAKE, INVENTORY, _stop_what_was_started, finish, outc
 from glmlaunch.output import MASK, register_secret, reset_secrets
 from glmlaunch.plan.profile_import import build_profile
 from glmlaunch.supervise.session import deadlines, shutdown_timeout
-from glmlaunch.supervise.stream import BootStream
+from glmlaunch.supervise.stream import MAX_PARTIAL, BootStream
+from glmlaunch.supervise.tee import Backlog, Dropped
 from glmlaunch.supervise.timeline import Timeline, expected_from_phases, fmt_seconds
 
 OK_LOG = FIXTURES / "boot-logs" / "vllm-current210-cap1024-mtp0-v1-server.log"
@@ -79,7 +79,7 @@ def test_the_copy_masks_registered_secrets_and_nothing_else(tmp_path: Path) -> N
     reset_secrets()
     register_secret("hf_SECRETvalue123456")
     try:
-        items: queue.SimpleQueue[tuple[str, bytes | None]] = queue.SimpleQueue()
+        items = Backlog()
         stream = BootStream(items, tmp_path, 2, time.monotonic(), Timeline())
         stream.start()
         items.put(("stdout", b"token hf_SECRETvalue123456 in a line\nsparkinfer cache_key=41d942cb3bfd"))
@@ -95,6 +95,76 @@ def test_the_copy_masks_registered_secrets_and_nothing_else(tmp_path: Path) -> N
     assert "sparkinfer cache_key=41d942cb3bfd status=hit\n" in text  # a line split across two chunks
     assert stream.findings["exception"].text == "ValueError: x"
     assert oct((tmp_path / "boot.log").stat().st_mode & 0o777) == "0o600"
+
+
+SPLIT = "hf_SPLITsecretVALUE0123456789abcdef"
+
+
+def _copied(tmp_path: Path, chunks: list[bytes], backlog: Backlog | None = None) -> bytes:
+    """What the copy (boot.log) holds after the stream thread read ``chunks`` of one stream, in order."""
+    reset_secrets()
+    register_secret(SPLIT)
+    items = backlog or Backlog()
+    try:
+        stream = BootStream(items, tmp_path, 1, time.monotonic(), Timeline())
+        for chunk in chunks:
+            items.put(("stdout", chunk))
+        items.put(("stdout", None))
+        stream.start()
+        assert stream.join(10.0)
+    finally:
+        reset_secrets()
+    return (tmp_path / "boot.log").read_bytes()
+
+
+def test_a_secret_across_the_256_kib_cut_is_masked(tmp_path: Path) -> None:
+    """A line without a newline is written in pieces; a secret the cut falls in is masked all the same."""
+    half = len(SPLIT) // 2
+    text = _copied(
+        tmp_path, [b"z" * (MAX_PARTIAL - 5) + SPLIT[:half].encode(), SPLIT[half:].encode() + b" end\n"]
+    )
+    assert text == b"z" * (MAX_PARTIAL - 5) + MASK.encode() + b" end\n"
+
+
+def test_a_flood_past_the_backlog_is_dropped_counted_and_secrets_at_the_gap_masked(tmp_path: Path) -> None:
+    """The backlog keeps at most its limit: the oldest chunks go, counted on one line of the copy, their
+    decisive lines kept; a secret cut by the gap is masked on both sides of it."""
+    half = len(SPLIT) // 2
+    backlog = Backlog(limit=1000, batch=1000)
+    chunks = [
+        b"first line\nthe line cut by the gap " + SPLIT[:half].encode(),  # dropped: the oldest
+        SPLIT[half:].encode() + b" lost\n" + b"x" * 900 + b"\n",  # dropped
+        b"noise\n(Worker_TP0 pid=1) ERROR torch.OutOfMemoryError: CUDA out of memory. Tried\nmore noise"
+        + SPLIT[:half].encode(),  # dropped, but its OOM line is kept
+        SPLIT[half:].encode() + b" the newest\n" + b"w" * 900 + b"\n",  # kept: it pushes the others out
+    ]
+    text = _copied(tmp_path, chunks, backlog)
+    dropped = sum(map(len, chunks[:3])) - len(
+        b"(Worker_TP0 pid=1) ERROR torch.OutOfMemoryError: CUDA out of memory. Tried\n"
+    )
+    assert backlog.dropped == {"stdout": dropped}
+    assert text == (
+        f"[glmlaunch: {dropped} bytes dropped]\n".encode()
+        + b"(Worker_TP0 pid=1) ERROR torch.OutOfMemoryError: CUDA out of memory. Tried\n"
+        + MASK.encode()
+        + b" the newest\n"
+        + b"w" * 900
+        + b"\n"
+    )
+    assert SPLIT[:4].encode() not in text and SPLIT[-4:].encode() not in text
+
+
+def test_the_backlog_never_waits_and_stays_bounded() -> None:
+    backlog = Backlog(limit=64 * 1024, batch=16 * 1024)
+    chunk = b"y" * 4096 + b"\n"
+    started = time.monotonic()
+    for _ in range(20_000):  # 80 MB, nobody taking
+        backlog.put(("stdout", chunk))
+    assert time.monotonic() - started < 10
+    assert backlog.queued <= 64 * 1024
+    batch = backlog.take()
+    assert batch[0] == ("stdout", Dropped(sum(backlog.dropped.values())))
+    assert sum(len(d) for _, d in batch[1:] if isinstance(d, bytes)) <= 16 * 1024 + len(chunk)
 
 
 def _oom_log(tmp_path: Path) -> Path:
