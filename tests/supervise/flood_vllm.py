@@ -10,7 +10,9 @@ For the supervisor's flood and signal tests (tests/supervise/test_flood.py) and 
 * ``FLOOD_READY=1``: vLLM's ready line first (the flood goes to serve.log);
 * ``FLOOD_THEN``: ``exit`` (default: exit 0 after the last line), ``wait`` (wait for a signal; SIGTERM
   ends it at once with 0), ``midline`` (exit 0 in the middle of a line);
-* ``FLOOD_LAST``: the last line written (default ``the last line of the flood``).
+* ``FLOOD_LAST``: the last line written (default ``the last line of the flood``);
+* ``FLOOD_DONE``: a file that gets ``time.monotonic()`` once the last byte is written
+  (bench/supervise_flood.py measures the drain after vLLM's exit from it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def write(data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(1, view) :]
+
+
+def done() -> None:
+    if os.environ.get("FLOOD_DONE"):
+        with open(os.environ["FLOOD_DONE"], "w") as fh:
+            fh.write(repr(time.monotonic()))
 
 
 def lines() -> None:
@@ -102,8 +110,10 @@ def main() -> None:
     {"lines": lines, "oom": oom, "binary": binary, "long": long_line, "secret": secret}[KIND]()
     if THEN == "midline":
         write(b"cut off in the middle of a li")
+        done()
         os._exit(0)
     write(b"\n" + LAST + b"\n")
+    done()
     if THEN == "wait":
         while True:
             signal.pause()
