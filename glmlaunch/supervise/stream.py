@@ -283,8 +283,8 @@ class BootStream:
         what may be part of a secret at its cut ends masked."""
         if before:
             self._line(self._mask_ends(before) + b"\n")
-        self.dropped += gap.bytes
-        line = gap_line(gap.bytes)
+        self.dropped += gap.size
+        line = gap_line(gap.size)
         if self.ready.is_set():
             self._serve_write(line)
         else:

@@ -64,10 +64,10 @@ KEPT_BYTES = 256 * KIB
 
 @dataclass(frozen=True)
 class Dropped:
-    """A gap in one stream, before its next chunk: ``bytes`` dropped unparsed (the backlog was full), and
+    """A gap in one stream, before its next chunk: ``size`` bytes dropped unparsed (the backlog was full), and
     the decisive lines that were in them (:data:`KEPT_RE`; one without its newline was cut)."""
 
-    bytes: int
+    size: int
     kept: tuple[bytes, ...] = ()
 
 

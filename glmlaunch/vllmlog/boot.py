@@ -749,9 +749,7 @@ def _event_key(event: RuntimeEvent) -> tuple[tuple[str, object], ...]:
     return tuple((name, value) for name, value in event if name != "process")
 
 
-def parse_log_text(
-    text: str, *, source: str = "<text>", digest: tuple[str, int] | None = None
-) -> BootLog:
+def parse_log_text(text: str, *, source: str = "<text>", digest: tuple[str, int] | None = None) -> BootLog:
     """Parse one boot log's text; never raises on malformed content (it is reported instead).
 
     ``digest``: the sha256 and size of the bytes ``text`` was read from (default: of ``text`` in UTF-8)."""
