@@ -194,19 +194,31 @@ class _Run:
     lmcache: cache_server.CacheServer | None = None
     #: the monotonic time the steps after vLLM's exit are abandoned at (a stop signal was forwarded)
     steps_deadline: float | None = None
-    #: why the steps after vLLM's exit were abandoned (a stop signal then, or the budget spent)
+    #: a stopping signal after vLLM's exit: every later step is abandoned
     abandoned: str | None = None
+    #: why the last step given up was (that signal, or the stop budget spent)
+    skipped: str | None = None
 
 
-def _step(run: _Run, what: str, fn: Callable[[], Any], on_reaped: Callable[[int, int], None]) -> Any:
+def _step(
+    run: _Run,
+    what: str,
+    fn: Callable[[], Any],
+    on_reaped: Callable[[int, int], None],
+    *,
+    budgeted: bool = True,
+) -> Any:
     """``fn`` (after vLLM exited) on a thread, while this one keeps answering signals; None when abandoned.
 
     Signals stay blocked here, so without this a long step (a large boot.log parsed) left glmlaunch deaf
-    to them. A stopping signal abandons the step and every later one, and so does the stop budget
-    (:data:`STOPPING_BUDGET_S`) running out; SIGCHLD is reaped as the wait loop reaps it.
+    to them. A stopping signal abandons the step and every later one; the stop budget
+    (:data:`STOPPING_BUDGET_S`) running out abandons the ``budgeted`` ones (reading vLLM's output), not
+    the GPU check, which keeps its own bound. SIGCHLD is reaped as the wait loop reaps it.
     """
     if run.abandoned is not None:
         return None
+    deadline = run.steps_deadline if budgeted else None
+    why: str | None = None
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -219,23 +231,24 @@ def _step(run: _Run, what: str, fn: Callable[[], Any], on_reaped: Callable[[int,
     thread.start()
     while thread.is_alive():
         wait = 0.2
-        if run.steps_deadline is not None:
-            wait = min(wait, run.steps_deadline - time.monotonic())
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
             if wait <= 0:
-                run.abandoned = f"the {fmt_seconds(STOPPING_BUDGET_S)} after the stop signal ran out"
+                why = f"the {fmt_seconds(STOPPING_BUDGET_S)} after the stop signal ran out"
                 break
         sig = process.wait_signal(wait)
         if sig in process.STOPPING:
-            run.abandoned = f"{process.signal_name(sig)} after vLLM exited"
+            why = run.abandoned = f"{process.signal_name(sig)} after vLLM exited"
             break
         if sig == signal.SIGCHLD:
             for pid, status in process.reap():
                 on_reaped(pid, status)
         thread.join(0.0)
-    if run.abandoned is not None:
-        line = f"stopped waiting for {what}: {run.abandoned}"
+    if why is not None:
+        line = f"stopped waiting for {what}: {why}"
         warn(f"supervise: {line}; outcome.json is written without it")
         run.notes.append(line)
+        run.skipped = why
         return None
     if "error" in box:
         raise box["error"]
@@ -805,9 +818,15 @@ def _after_exit(
             lambda: _safely("the calibration record", lambda: _ingest(run, final)),
             on_reaped,
         )
-        if run.abandoned is not None and run.record is None:
-            run.record_problem = f"not made: {run.abandoned}"
-    baseline = _baseline_after(run, before, child.pid, left)
+        if run.skipped is not None and run.record is None:
+            run.record_problem = f"not made: {run.skipped}"
+    baseline: dict[str, Any] = _step(
+        run,
+        "the GPUs' baseline",
+        lambda: _baseline_after(run, before, child.pid, left),
+        on_reaped,
+        budgeted=False,
+    ) or {"checked": False, "note": f"not checked: {run.abandoned}"}
     glm_code, glm_sig = code, sig
     if lmcache_failed:
         glm_code, glm_sig = int(ExitCode.LMCACHE), None

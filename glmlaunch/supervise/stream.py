@@ -334,7 +334,9 @@ class BootStream:
             log.close()
             os.replace(log.path, log.path.with_name(log.path.name + ".1"))
             self.serve_rotations += 1
-            self.serve_log = log = _Copy(log.path, log.cap)
+            # created at once, not at the next flush: glmlaunch ending meanwhile (a stop signal after
+            # vLLM exited abandons the drain) still leaves a serve.log, the newest output
+            self.serve_log = log = _Copy(log.path, log.cap, fd=open_private(log.path))
         log.write(data)
 
     def _find(self, text: str, t: float) -> None:

@@ -161,6 +161,26 @@ def test_sigterm_after_vllm_exited_ends_the_boot_log_reading(profile: Path, env:
     assert took < 5, f"glmlaunch took {took:.1f} s to end after SIGTERM"
 
 
+def test_after_a_forwarded_sigterm_the_log_reading_is_bounded(profile: Path, env: dict[str, str]) -> None:
+    """SIGTERM while vLLM floods a 64 MiB boot (the copy's cap): vLLM drains and exits; reading that
+    boot.log (the parse, the record) gets STOPPING_BUDGET_S, then outcome.json is written."""
+    from glmlaunch.supervise.session import STOPPING_BUDGET_S
+
+    sup = Supervisor(profile, env, kind="lines", bytes=str(64 * MIB), then="wait")
+    try:
+        wait_for(lambda: boot_log_has(env, b"the last line of the flood"), timeout=120)
+        sent = time.monotonic()
+        sup.proc.send_signal(signal.SIGTERM)
+        status, _ = sup.wait(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        sup.kill()
+    doc = outcome(env)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert doc["signals_forwarded"][0]["signal"] == "SIGTERM"
+    assert took < STOPPING_BUDGET_S + 7, f"glmlaunch took {took:.1f} s to end after SIGTERM"
+
+
 def _serve_logs(boot: Path) -> bytes:
     return b"".join(
         (boot / name).read_bytes() for name in ("serve.log.1", "serve.log") if (boot / name).exists()
