@@ -129,3 +129,53 @@ def test_hostile_output_keeps_the_supervisors_contract(
     assert HF_SECRET not in own
     for path in boot.iterdir():
         assert HF_SECRET.encode() not in path.read_bytes(), path.name
+
+
+# --- the log grammar on hostile lines ---------------------------------------------------------------
+
+
+def _openings() -> list[str]:
+    """The opening words of every line the grammar reads, and the pieces its patterns repeat."""
+    from glmlaunch.vllmlog.boot import LEADS
+
+    return sorted(
+        {
+            *LEADS.values(),
+            "A.",
+            "a_b.",
+            "torch.OutOfMemoryError: ",
+            "CUDA out of memory. Tried to allocate 1.00 GiB. GPU ",
+            "GPU 0: 1",
+            "(Worker_TP0 pid=1) ",
+            "EXL3 mixed Trellis runtime planned: tiers=((",
+            "non-default args: {'a': ",
+            ">>> profile runtime: A=",
+            "  A = [",
+            "\x1b[1;",
+        }
+    )
+
+
+@seeded
+@fuzz_settings(40)
+@given(
+    opening=st.sampled_from(_openings()),
+    filler=st.text(max_size=3),
+    size=st.sampled_from([64 * 1024, 256 * 1024]),
+    prefixed=st.booleans(),
+)
+def test_a_line_repeating_a_patterns_opening_parses_in_linear_time(
+    opening: str, filler: str, size: int, prefixed: bool
+) -> None:
+    """A line of up to 256 KiB (the copy's cut) repeating what a pattern starts with: a pattern retried
+    at every repetition that scans to the line's end is quadratic (a 256 KiB ``A.A.…`` took minutes)."""
+    from glmlaunch.vllmlog.boot import parse_log_text
+
+    unit = opening + filler
+    line = (unit * (size // len(unit) + 1))[:size]
+    if prefixed:
+        line = "(Worker_TP0 pid=3) INFO 12-04 04:00:00 [x.py:1] " + line
+    started = time.monotonic()
+    parse_log_text(line + "\n")
+    took = time.monotonic() - started
+    assert took < 5.0, f"{took:.1f} s for a {size // 1024} KiB line of {unit!r}"
