@@ -286,10 +286,10 @@ def _mtp_layer(c: DeploymentConfig) -> Iterator[Finding]:
 @rule(
     "concurrency-window",
     "error",
-    "max_num_seqs x (1 + MTP) must fit the CUDA-graph capture window and, on EXL3, the Trellis window",
+    "max_num_seqs x (1 + MTP) must fit the CUDA-graph capture window",
     f"{UPSTREAM} concurrency-window: exceeding it does not error at boot; decode silently leaves the "
-    "captured Trellis fast path under concurrency (the window is min(capture max, Trellis max); the "
-    "runtime's Trellis default is 32 when VLLM_EXL3_TRELLIS_MAX_M is unset)",
+    "captured fast path under concurrency. Upstream's rule also takes min(capture max, Trellis max); the "
+    "Trellis half is the trellis-window warning here",
 )
 def _concurrency(c: DeploymentConfig) -> Iterator[Finding]:
     sizes = c.capture_sizes()
@@ -314,20 +314,35 @@ def _concurrency(c: DeploymentConfig) -> Iterator[Finding]:
                 hint=f"capture up to {window} ({to_window}), or lower scheduler.max_num_seqs",
                 inputs=WINDOW_INPUTS,
             )
-    if c.is_exl3:
-        trellis, given = trellis_window(c)
-        if trellis < window:
-            yield Finding(
-                "exl3_trellis_max_m",
-                f"the EXL3 Trellis decode window {trellis}"
-                + ("" if given else " (unset: the runtime's default)")
-                + f" is below max_num_seqs x (1 + MTP) = {window}: full decode batches leave the Trellis "
-                "fast path",
-                c.exl3_trellis_max_m,
-                hint=f"--set exl3_trellis_max_m={window} (with capture sizes up to {window}), or lower "
-                "scheduler.max_num_seqs",
-                inputs=WINDOW_INPUTS[2:],
-            )
+
+
+@rule(
+    "trellis-window",
+    "warning",
+    "on EXL3, max_num_seqs x (1 + MTP) should fit the Trellis decode window",
+    "a runtime risk, not a configuration error: a decode batch above VLLM_EXL3_TRELLIS_MAX_M runs off the "
+    "Trellis fast path (slower, not wrong) and boots as configured; the runtime's default is 32 when the "
+    "variable is unset (malaiwah/glm52-exl3-vast@eba43a5 entrypoint.sh L1459; blackwell-llm-docker@d568788 "
+    "launchers/serve-gilded-gnosis.sh L43), and the release line's own GLM composes serve MTP3 at MNS 8 on "
+    "that default",
+)
+def _trellis(c: DeploymentConfig) -> Iterator[Finding]:
+    if not c.is_exl3:
+        return
+    window = decode_window(c)
+    trellis, given = trellis_window(c)
+    if trellis < window:
+        yield Finding(
+            "exl3_trellis_max_m",
+            f"the EXL3 Trellis decode window {trellis}"
+            + ("" if given else " (unset: the runtime's default)")
+            + f" is below max_num_seqs x (1 + MTP) = {window}: full decode batches leave the Trellis "
+            "fast path (slower decode at full concurrency; vLLM boots and serves as configured)",
+            c.exl3_trellis_max_m,
+            hint=f"--set exl3_trellis_max_m={window} (with capture sizes up to {window}), or lower "
+            "scheduler.max_num_seqs",
+            inputs=WINDOW_INPUTS[2:],
+        )
 
 
 @rule(
