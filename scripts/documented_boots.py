@@ -117,6 +117,7 @@ def settings_for(row: Mapping[str, Any]) -> tuple[list[str], tuple[str, ...]] | 
         ("fold_max_mib", "indexer.fold_max_mib"),
         ("ckv_gather_max_tokens", "dcp_policy.ckv_gather_max_tokens"),
         ("interleave", "server.dcp_kv_cache_interleave_size"),
+        ("indexer_shards", "dcp_policy.indexer_shards"),
     ):
         if shape.get(key) is not None:
             sets.append(f"{setting}={shape[key]}")
@@ -131,8 +132,25 @@ def settings_for(row: Mapping[str, Any]) -> tuple[list[str], tuple[str, ...]] | 
     if offload in _LMCACHE:
         sets.append(f"lmcache={'true' if _LMCACHE[offload] else 'false'}")
     release = release_label((row.get("release") or {}).get("key"))
+    if shape.get("indexer_shards") is None and int(shape["dcp"]) > 1 and _before_two_shards(release):
+        # The profiles carry r26's two-shard indexer policy; every earlier release ran the indexer
+        # DCP-sharded (0): "Its second exact indexer shard reduced the auto-sized logical pool from 771,584
+        # to 717,312 tokens" (r26, TEST_RESULTS.md L1293-1295), "bypassing r26's two-shard policy" (L1305-
+        # 1310), and the r14 boot logs print indexer-shards=0.
+        sets.append("dcp_policy.indexer_shards=0")
+        used.append("indexer_shards=0 (before r26's two-shard policy: TEST_RESULTS.md L1293-1310)")
     sets.append(f"release={release}" if release and re.fullmatch(r"[rv][0-9]+", release) else "release=null")
     return sets, tuple(used)
+
+
+def _before_two_shards(release: str | None) -> bool:
+    """Whether a release predates the appliance's r26 indexer policy (the v-numbered images all do)."""
+    if release is None:
+        return False
+    if release.startswith("v"):
+        return True
+    m = re.fullmatch(r"r([0-9]+)", release)
+    return m is not None and int(m.group(1)) < 26
 
 
 def boot_of(row: Mapping[str, Any], terms: Mapping[str, Any] | None = None) -> DocumentedBoot | None:

@@ -233,13 +233,14 @@ _SUBSYSTEMS: tuple[Callable[[Context], list[Draft]], ...] = (
     # the B12X-era EXL3 arenas and the ii profile pass: last, so no earlier configuration packs otherwise
     r7.all_entries,
     profile_prefill.entries,
+    # the CKV prefetch ring's lookahead (in W): last, so no earlier configuration packs otherwise
+    dcp_prefill.prefetch_ring,
 )
 
 
 #: hazards a code path could allocate but the configuration does not charge (listed under ``latent``)
 _LATENT: tuple[Callable[[Context], list[Draft]], ...] = (
     paged_logits.latent,
-    dcp_prefill.latent,
     topk_exchange.latent,
 )
 

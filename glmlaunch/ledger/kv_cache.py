@@ -21,6 +21,15 @@ The indexer keeps its own K cache (index_head_dim 128 fp8 + a 4 B scale = 132 B)
 the full indexer (``F`` in index_topk_pattern, plus the MTP layer). Layers with KV: num_hidden_layers,
 plus the MTP layers when speculative decoding is on (the drafter's own cache). With DCP, each rank
 holds 1/DCP of every sequence's tokens (interleave 1).
+
+``dcp_policy.indexer_shards`` = s with 1 <= s < DCP splits the indexer over s replica groups
+(``_needs_indexer_replica_groups``: ``1 <= indexer_shards < dcp_size``, vLLM ``parallel_state.py``, B:
+``patches/releases/gilded-gnosis-v20-r34/vllm/integration.patch`` L9695-9761 at local-inference-lab/
+blackwell-llm-docker@3dd078a): each rank then keeps the indexer K cache of 1/s of the tokens instead of
+1/DCP, so the indexer part of the record counts DCP/s times per DCP-local token. 0 (or s >= DCP) keeps it
+DCP-sharded like the latent. The appliance's matched r25/r26 A/B measures it: r26's two-shard policy took
+the 3.36 bpw auto pool from 771,584 to 717,312 tokens (malaiwah/glm52-exl3-vast@eba43a5 TEST_RESULTS.md
+L1293-1295); the record grows from 37,032 to 39,936 B, which predicts 715,474 (-0.26 %).
 """
 
 from __future__ import annotations
@@ -81,17 +90,33 @@ def _geometry(
     mtp_layers: int,
     index_head_dim: int,
     scale_mode: str | None = None,
+    dcp: int = 1,
+    index_shards: int = 0,
 ) -> KvGeometry:
     rec, rec_f, rec_o = _record(dtype, lora, rope, scale_mode)
     index_layers = pattern.count("F") + mtp_layers
     kv_layers = layers + mtp_layers
     idx = index_head_dim + 4
-    total = kv_layers * rec + index_layers * idx
+    replicas = index_replicas(dcp, index_shards)
+    total = kv_layers * rec + index_layers * idx * replicas
+    shards = (
+        f" x {replicas} (indexer over {index_shards} shard(s) of DCP {dcp}: each rank keeps 1/{index_shards} "
+        "of the tokens' indexer cache)"
+        if replicas > 1
+        else ""
+    )
     formula = (
         f"{kv_layers} layers * {rec} B ({dtype}: {rec_f}) + {index_layers} indexer layers * {idx} B "
-        f"({index_head_dim} fp8 + 4 B scale) = {total:,} B/token"
+        f"({index_head_dim} fp8 + 4 B scale){shards} = {total:,} B/token"
     )
     return KvGeometry(rec, rec_f, rec_o, kv_layers, index_layers, idx, total, formula, rec_o)
+
+
+def index_replicas(dcp: int, shards: int) -> int:
+    """How many DCP-local shares of the indexer cache one rank keeps: DCP / s for 1 <= s < DCP, else 1."""
+    if 1 <= shards < dcp:
+        return -(-dcp // shards)
+    return 1
 
 
 def geometry(cfg: DeploymentConfig) -> KvGeometry:
@@ -106,6 +131,8 @@ def geometry(cfg: DeploymentConfig) -> KvGeometry:
         mtp_layers,
         g.index_head_dim,
         cfg.kv_scale_mode_effective,
+        cfg.parallel.dcp,
+        cfg.dcp_policy.indexer_shards or 0,
     )
 
 

@@ -265,16 +265,73 @@ def test_ckv_transient_scales_with_capacity_and_is_gated() -> None:
     assert build_ledger(_cfg("parallel.dcp=1")).entry("dcp.ckv_gather_transient") is None
 
 
-def test_prefill_workspace_is_latent() -> None:
-    led = build_ledger(_cfg("dcp_policy.ckv_prefetch_workspace_mib=null"))
-    assert led.entry("dcp.prefill_workspace") is None  # never charged to a rank
-    (ws,) = [e for e in led.latent if e.name == "dcp.prefill_workspace"]
-    assert ws.requested_bytes == 1024 * MIB and ws.lifetime == "unbudgeted"
-    assert "latent" in ws.note and ws.origin == "default"
-    led2 = build_ledger(_cfg("dcp_policy.ckv_prefetch_workspace_mib=512"))
-    (ws2,) = [e for e in led2.latent if e.name == "dcp.prefill_workspace"]
-    assert ws2.requested_bytes == 512 * MIB and ws2.origin == "exact"
-    assert not [e for e in build_ledger(_cfg("parallel.dcp=1")).latent if e.name == "dcp.prefill_workspace"]
+CKV_RING = re.compile(r"Preallocated ([\d.]+) MiB for (\d+) persistent CKV execution lane")
+
+
+def _log_text(name: str) -> str | None:
+    for root in _CANDIDATES:
+        if (root / name).exists():
+            return (root / name).read_text(encoding="utf-8", errors="replace")
+    return None
+
+
+@pytest.mark.parametrize("name", LOG_NAMES)
+def test_the_ckv_prefetch_ring_formula_reproduces_every_log(name: str) -> None:
+    text = _log_text(name)
+    if text is None:
+        pytest.skip(f"{name} is not on this machine")
+    header = {m.group(1): m.group(2) for m in (HEADER.match(ln) for ln in text.splitlines()) if m}
+    (mib, lanes) = next(
+        (float(m.group(1)), int(m.group(2)))
+        for ln in text.splitlines()
+        if RANK0 in ln and (m := CKV_RING.search(ln))
+    )
+    seqs = int(header["MAX_NUM_SEQS"])
+    depth = int(header["DCP_CKV_PREFETCH_DEPTH"])
+    # every log: DCP4, gather capacity 140000, the 368 B dynamic-token record, interleave 1
+    local = dcp_prefill.ring_local_capacity(int(header["DCP_CKV_GATHER_MAX_TOKENS"]), 4, seqs, 1)
+    whole = lanes * dcp_prefill.ring_lane_bytes(depth, 4, local, kv_cache.NVFP4_DYNAMIC_RECORD)
+    assert abs(whole / MIB - mib) <= TOL_MIB, (whole / MIB, mib)
+    # the ledger's lanes: two with MTP (the drafter's), one without
+    assert lanes == (2 if "mtp0" not in name else 1)
+
+
+def test_the_prefetch_lookahead_is_charged_to_w_and_moves_with_its_knobs() -> None:
+    zero = build_ledger(_cfg("dcp_policy.ckv_prefetch_depth=0"))
+    ring0 = zero.entry("dcp.prefill_workspace")
+    assert ring0 is not None and ring0.requested_bytes == 0 and ring0.origin == "exact"
+    one = build_ledger(_cfg("dcp_policy.ckv_prefetch_depth=1"))
+    ring1 = one.entry("dcp.prefill_workspace")
+    assert ring1 is not None and ring1.lifetime == "budget-term"
+    local = dcp_prefill.ring_local_capacity(140_000, 4, 8, 1)
+    rec = kv_cache.geometry(_cfg()).record_bytes
+    lanes = 2  # r12-exl3 runs MTP
+    assert ring1.requested_bytes == lanes * 1 * 4 * local * rec
+    # charged to W: the budget's W grows by exactly the lookahead, the KV pool shrinks with it
+    assert one.base_terms.w - zero.base_terms.w == ring1.requested_bytes
+    # the workspace MiB is the ring's budget: a budget below the depth-1 ring caps the depth to 0
+    small = build_ledger(_cfg("dcp_policy.ckv_prefetch_depth=3", "dcp_policy.ckv_prefetch_workspace_mib=60"))
+    capped = small.entry("dcp.prefill_workspace")
+    assert capped is not None and capped.requested_bytes == 0 and "capped" in capped.formula
+    # unset depth: vLLM's default (1) applies, and the entry says so
+    unset = build_ledger(_cfg("dcp_policy.ckv_prefetch_depth=null")).entry("dcp.prefill_workspace")
+    assert unset is not None and unset.origin == "default" and unset.requested_bytes == ring1.requested_bytes
+    # no ring at DCP 1, with the gather off, or where W is the operator's own figure
+    assert build_ledger(_cfg("parallel.dcp=1")).entry("dcp.prefill_workspace") is None
+    assert build_ledger(_cfg("dcp_policy.ckv_gather=false")).entry("dcp.prefill_workspace") is None
+    pinned = build_ledger(_cfg("dcp_policy.ckv_prefetch_depth=1", "model.weights_per_rank=80GiB"))
+    assert pinned.entry("dcp.prefill_workspace") is None
+
+
+def test_indexer_shards_grow_the_kv_record() -> None:
+    # DCP4, two shards: each rank keeps half of the tokens' indexer cache, not a quarter
+    base = kv_cache.geometry(_cfg("dcp_policy.indexer_shards=0"))
+    two = kv_cache.geometry(_cfg("dcp_policy.indexer_shards=2"))
+    assert two.bytes_per_token - base.bytes_per_token == base.index_layers * base.index_record_bytes
+    assert kv_cache.geometry(_cfg("dcp_policy.indexer_shards=4")).bytes_per_token == base.bytes_per_token
+    # the appliance's r25 -> r26 A/B (771,584 -> 717,312 tokens at the same memory) within 0.3 %
+    predicted = 771_584 * base.bytes_per_token / two.bytes_per_token
+    assert abs(predicted - 717_312) / 717_312 < 0.003
 
 
 def test_kv_record_by_scale_mode() -> None:

@@ -229,11 +229,10 @@ def test_direct_paged_logits_figure() -> None:
         "turnkey", [*SEED_TURNKEY, "cudagraph.capture_sizes=[6,64]"]
     ).config  # largest capture size 64
     ledger = build_ledger(config)
-    # DCP 2 also lists the DCP prefill workspace ceiling (ledger/dcp_prefill.py) and, with query split and
+    # DCP 2 charges the CKV prefetch ring (ledger/dcp_prefill.py) and, with query split and
     # owner merge unset, the top-k exchange slab (A256(266,240) + 2 * A256(8 * 64 * 2048)) as latent
     assert [(e.name, e.requested_bytes) for e in ledger.latent] == [
         ("paged_logits.direct", 128 * MIB),
-        ("dcp.prefill_workspace", 1024 * MIB),
         ("dcp_topk.slab", 266_240 + 2 * 8 * 64 * 2048),
     ]
     assert ledger.entry("paged_logits.direct") is None  # latent: never charged to a rank

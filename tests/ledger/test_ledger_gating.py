@@ -119,8 +119,8 @@ def test_fold_gating(sets: tuple[str, ...], present: bool) -> None:
 def test_indexer_off_removes_plans_and_latent_hazard() -> None:
     led = ledger("turnkey", *SEED_TURNKEY, "indexer.sparse_indexer=false")
     assert not [n for n in led.names() if n.startswith("indexer.")]
-    # only the DCP hazards (prefill workspace ceiling, top-k exchange slab) stay latent: not indexer plans
-    assert [e.name for e in led.latent] == ["dcp.prefill_workspace", "dcp_topk.slab"]
+    # only the DCP top-k exchange slab stays latent: not indexer plans
+    assert [e.name for e in led.latent] == ["dcp_topk.slab"]
 
 
 def test_indexer_decode_plan_is_absorbed_by_the_prefill_plan() -> None:

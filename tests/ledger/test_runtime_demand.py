@@ -42,7 +42,13 @@ ISSUE_CASES = [
     ("exl3-tr3-3.36bpw", (), True, 524_288),
     (
         "exl3-tr3-3.36bpw",
-        ("release=r20", "memory.num_gpu_blocks_override=null", "memory.gpu_memory_utilization=0.957"),
+        (
+            "release=r20",
+            "memory.num_gpu_blocks_override=null",
+            "memory.gpu_memory_utilization=0.957",
+            # before r26's two-shard indexer policy (TEST_RESULTS.md L1293-1310)
+            "dcp_policy.indexer_shards=0",
+        ),
         False,
         741_888,
     ),
