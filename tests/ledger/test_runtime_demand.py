@@ -227,3 +227,33 @@ def test_the_r7_group_is_fitted_apart(clean_env: dict[str, str]) -> None:
         doc = plan(clean_env, c["profile"], *c["set"])
         assert doc["verdict"]["ok"], doc["verdict"]["summary"]
         assert "r7_prefill_growth_bytes_per_token" in doc["runtime_demand"]["transients"][0]["formula"]
+
+
+def test_a_transient_the_profile_run_executes_is_not_charged_twice() -> None:
+    # issue 29 item 5: the ii line's single-request prefill profile (vLLM PR 290) runs one full-budget
+    # request with attention on before the KV cache is sized, so the long prefill's growth is in P
+    _, ii, _ = _budget("ii-r18-exl3-r7")
+    by = {t.entry.name: t.entry for t in ii.runtime.transients}
+    assert by["demand.prefill_growth"].requested_bytes == 0
+    assert "covered by the profile peak" in by["demand.prefill_growth"].formula
+    assert ii.entry("profile.topk_indices") is not None  # what that pass adds is in P instead
+    # the same checkpoint and shape on Gilded Gnosis r34 (no PR 290): the growth is charged
+    _, gg, _ = _budget("r34-exl3-r7")
+    grown = {t.entry.name: t.entry for t in gg.runtime.transients}["demand.prefill_growth"]
+    assert grown.requested_bytes == round(term("r7_prefill_growth_bytes_per_token").value * 2048)
+    # the remaining terms keep their evidence: the ii plan's other transients are those of its settings
+    assert [n for n in by if n != "demand.prefill_growth"] == [
+        t.entry.name for t in gg.runtime.transients if t.entry.name != "demand.prefill_growth"
+    ]
+    # the V1 runner has no single-request profile: charged again
+    _, v1, _ = _budget("ii-r18-exl3-r7", "runner=v1")
+    v1_growth = {t.entry.name: t.entry for t in v1.runtime.transients}["demand.prefill_growth"]
+    assert v1_growth.requested_bytes > 0
+
+
+def test_the_newer_line_serves_its_documented_shapes_at_gmu_097_098(clean_env: dict[str, str]) -> None:
+    # the README's r34 R7 compose on the ii image: MTP3 at GMU 0.98, MTP0 at GMU 0.97 (served upstream)
+    for sets in ((), ("speculative.num_speculative_tokens=0", "memory.gpu_memory_utilization=0.97")):
+        doc = plan(clean_env, "ii-r18-exl3-r7", *sets)
+        assert doc["verdict"]["status"] != "runtime-oom", (sets, doc["verdict"]["summary"])
+        assert doc["budget"]["runtime_margin_bytes"] == doc["budget"]["margin_bytes"]
