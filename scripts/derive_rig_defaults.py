@@ -178,19 +178,9 @@ def derive_document(log_paths: list[str], documented_root: Any = None) -> dict[s
                 )
                 offsets.append({"release": rel, "dcp": dcp, "bytes": 0, "boots": boots, "residuals": []})
         offsets.sort(key=lambda o: (o["release"], o["dcp"]))
-    with_offsets = model
-    if offsets:
-        from dataclasses import replace
-
-        from glmlaunch.calibrate.model import ReleaseOffset
-
-        with_offsets = replace(
-            model,
-            release_offsets=tuple(
-                ReleaseOffset(o["release"], o["dcp"], o["bytes"], tuple(o["boots"])) for o in offsets
-            ),
-        )
-    per_checkpoint = checkpoint_offsets(with_offsets, documented_root) if documented_root is not None else []
+    # A checkpoint's own offsets stand alone at plan time (calibrate.model.pick_offset: where it has any,
+    # the generic release offsets do not apply), so they are fitted over the residual model alone.
+    per_checkpoint = checkpoint_offsets(model, documented_root) if documented_root is not None else []
     return {
         # the README's checkpoint offsets (blackwell-llm-docker; data/upstream/readme_capacities.json): each
         # applies to its own checkpoint only, so the description of the rig defaults stays the appliance's

@@ -32,6 +32,7 @@ Pure functions; the ledger is imported lazily (the ledger imports :mod:`.terms`,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -313,7 +314,7 @@ class ReleaseOffset:
     checkpoint: str | None = None
     mtp: bool | None = None
 
-    def describe(self, own: bool) -> str:
+    def describe(self, own: bool, dcp: int | None = None) -> str:
         where = f"{self.release} at DCP{self.dcp}"
         if self.mtp is not None:
             where += f" with MTP {'on' if self.mtp else 'off'}"
@@ -322,7 +323,12 @@ class ReleaseOffset:
                 f" of {self.checkpoint} (a residual: what its documented KV pool implies beyond the terms "
                 "derived for it)"
             )
-        how = "" if own else " (another release's: an estimate)"
+        if own:
+            how = ""
+        elif dcp is not None and dcp != self.dcp:
+            how = f" (transferred to DCP{dcp} from another shape: an estimate)"
+        else:
+            how = " (another release's: an estimate)"
         return (
             f"release overhead {self.bytes / 2**20:+,.1f} MiB{how}, fitted on the documented boots of {where}"
             f" ({', '.join(self.boots)})"
@@ -336,21 +342,27 @@ def pick_offset(
     checkpoint: str | None = None,
     mtp: bool | None = None,
 ) -> tuple[ReleaseOffset | None, bool]:
-    """The offset of ``release`` at ``dcp``; else the nearest numbered release's at that DCP (an estimate):
-    the nearest of its own line, else of the other line through the release whose memory code it shares
-    (:func:`glmlaunch.config.releases.release_distance`)."""
+    """The offset of ``release`` at ``dcp``, and whether it is that release's own at that shape.
+
+    In order: the release's own at this DCP; the nearest numbered release's at this DCP (its own line
+    first, else the other line through the release whose memory code it shares:
+    :func:`glmlaunch.config.releases.release_distance`); where no release has one at this DCP, the
+    release's own at the nearest DCP, else the nearest release's at the nearest DCP. Every offset but the
+    first is an estimate transferred from another release or shape. A DCP no documented boot ran
+    (DCP 1 for every checkpoint but the README's R7) used to get no offset at all, which is the r14 TP4/DCP4
+    fit alone: the later releases' measured overhead (0.7-2.6 GiB beyond it) was dropped there, and their
+    KV pools over-predicted."""
     from glmlaunch.config.releases import release_distance, release_line
 
     usable = [
         o
         for o in offsets
-        if o.dcp == dcp
-        and (o.checkpoint is None or o.checkpoint == checkpoint)
-        and (o.mtp is None or o.mtp == mtp)
+        if (o.checkpoint is None or o.checkpoint == checkpoint) and (o.mtp is None or o.mtp == mtp)
     ]
     # a checkpoint's own offsets stand for it alone: where it has any, the generic ones do not apply
     own_checkpoint = [o for o in usable if o.checkpoint is not None]
-    same_dcp = sorted(own_checkpoint or usable, key=lambda o: o.release)
+    pool = sorted(own_checkpoint or usable, key=lambda o: (o.release, o.dcp))
+    same_dcp = [o for o in pool if o.dcp == dcp]
     exact = next((o for o in same_dcp if o.release == release), None)
     if exact is not None:
         return exact, True
@@ -358,10 +370,19 @@ def pick_offset(
         # an unknown release (or an image of the v line): the fit alone (the release the rig's own boot
         # logs ran)
         return None, False
-    numbered = [(d, o) for o in same_dcp if (d := release_distance(o.release, release)) is not None]
-    if not numbered:
+    candidates = same_dcp or pool
+
+    def shape_gap(o: ReleaseOffset) -> float:
+        return abs(math.log2(max(1, o.dcp)) - math.log2(max(1, dcp)))
+
+    ranked = [
+        (0 if o.release == release else 1, d, shape_gap(o), o.release, o)
+        for o in candidates
+        if (d := (0 if o.release == release else release_distance(o.release, release))) is not None
+    ]
+    if not ranked:
         return None, False
-    return min(numbered, key=lambda t: (t[0], t[1].release))[1], False
+    return min(ranked, key=lambda t: t[:4])[4], False
 
 
 @dataclass(frozen=True)
@@ -434,7 +455,7 @@ class TermModel:
                 continue
             release_part = ""
             if term == "p" and offset is not None:
-                release_part = f" + {offset.describe(own)}"
+                release_part = f" + {offset.describe(own, cfg.parallel.dcp)}"
             explain[term] = (
                 f"{TERM_DOC[term]} = itemized {items[term] / 2**20:,.1f} MiB + residual {fit.formula(cfg)}"
                 f"{release_part} = {terms[term] / GIB:.3f} GiB; from {src}; max |residual| on them "
