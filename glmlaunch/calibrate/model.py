@@ -115,6 +115,18 @@ def checkpoint_key(cfg: DeploymentConfig) -> str:
     return f"{path}{rev}{quant} tp{cfg.parallel.tp}"
 
 
+def build_key(version: str | None, cfg: DeploymentConfig) -> str:
+    """A vLLM build's identity for the terms a build changes (N): the version string it reports, the
+    kernel-library generation it runs (the tree its constants were read from: ``stack``) and its release on
+    its line. The version string alone does not identify a build: a repair build reporting the same string
+    (or the bare ``dev`` of a source build) runs other trees and has another N."""
+    from glmlaunch.config.releases import parse_release
+
+    rel = parse_release(cfg.release_effective)
+    line = f"{rel.line} line {rel.label}" if rel is not None else "no release"
+    return f"{version or 'unknown'} | {cfg.stack} | {line}"
+
+
 # --- fitting ---------------------------------------------------------------------------------------
 
 
@@ -395,8 +407,9 @@ class TermModel:
     description: str
     points: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
-    # N's residual per vLLM build (two builds of the same stack logged 0.23 and 0.45 GiB): used when the
-    # plan names its build, the fit over every build otherwise.
+    # N's residual per vLLM build (two builds of the same stack logged 0.23 and 0.45 GiB), keyed by
+    # :func:`build_key` (version string, library generation, release and line): used when the plan's build
+    # is one of them, the fit over every build otherwise.
     n_by_version: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
     # A release's overhead on P beyond the fit (release, DCP, bytes, the documented boots it came from):
     # later releases profile more than the r14 logs the residual coefficients come from (the appliance's
@@ -419,10 +432,16 @@ class TermModel:
     def coefficients(self) -> dict[str, dict[str, float]]:
         return {t: dict(f.coefficients) for t, f in self.fits.items()}
 
-    def n_build(self, version: str | None) -> tuple[str, int, tuple[str, ...]] | None:
-        """N's residual of the vLLM build ``version`` (its records' mean), when records of it exist: what
+    def n_build(
+        self, version: str | None, cfg: DeploymentConfig
+    ) -> tuple[str, int, tuple[str, ...]] | None:
+        """N's residual of the plan's vLLM build (``version`` with ``cfg``'s library generation and
+        release: :func:`build_key`; its records' mean), when records of that build exist: what
         :meth:`predict` uses for N, and so what every account of N must show."""
-        return next((b for b in self.n_by_version if version is not None and b[0] == version), None)
+        if version is None:
+            return None
+        key = build_key(version, cfg)
+        return next((b for b in self.n_by_version if b[0] == key), None)
 
     def predict(self, cfg: DeploymentConfig, version: str | None = None) -> Prediction:
         items = itemized(cfg)
@@ -430,7 +449,7 @@ class TermModel:
         residuals: dict[str, int] = {}
         explain: dict[str, str] = {}
         offset, own = self.release_offset(cfg)
-        n_build = self.n_build(version)
+        n_build = self.n_build(version, cfg)
         for term, fit in self.fits.items():
             r = fit.residual_bytes(cfg)
             if term == "n" and n_build is not None:
@@ -525,11 +544,11 @@ def fit_model(
     n_of_build: dict[str, list[float]] = {}
     for p in points:
         if p.label in n_rows:
-            n_of_build.setdefault(p.vllm_version or "unknown", []).append(n_rows[p.label][1])
+            n_of_build.setdefault(build_key(p.vllm_version, p.config), []).append(n_rows[p.label][1])
     for p in points:
         if p.p is None and p.pn is not None:
             items = itemized(p.config)
-            same = n_of_build.get(p.vllm_version or "unknown")
+            same = n_of_build.get(build_key(p.vllm_version, p.config))
             n_resid = sum(same) / len(same) if same else fits["n"].residual_bytes(p.config)
             n_fit = items["n"] + n_resid
             rows["p"].append(
@@ -553,7 +572,9 @@ def fit_model(
     by_version: dict[str, list[tuple[str, float]]] = {}
     for p in points:
         if p.label in n_rows:
-            by_version.setdefault(p.vllm_version or "unknown", []).append((p.label, n_rows[p.label][1]))
+            by_version.setdefault(build_key(p.vllm_version, p.config), []).append(
+                (p.label, n_rows[p.label][1])
+            )
     n_versions = tuple(
         (v, round(sum(x for _, x in rows_) / len(rows_)), tuple(lb for lb, _ in rows_))
         for v, rows_ in sorted(by_version.items())

@@ -216,7 +216,7 @@ def model_document(model: TermModel, config: DeploymentConfig, *, version: str |
             "unidentified": list(fit.unidentified),
             "predicted_bytes": pred.terms.get(term),
         }
-    build = model.n_build(version)
+    build = model.n_build(version, config)
     if build is not None and "n" in terms:
         # The plan's N is the residual of this vLLM build (its records' mean), not the fit over every build:
         # the table, the JSON and the explanation say the same records and figure.
