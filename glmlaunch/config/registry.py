@@ -613,6 +613,153 @@ _IMAGE_NCCL_LIB = (
     "the serving image's NCCL library (preloaded by glm52-pcie-runtime-env.sh when the file exists; a path)"
 )
 
+# --- settings that cannot move the plan's memory -----------------------------------------------
+
+_LAUNCH = "launch-only"
+_API = "launch-only: the API's behaviour (no GPU memory)"
+_LMCACHE_HOST = (
+    "sizes LMCache's host-memory (L1) and disk tiers; its GPU buffers are the measured lmcache_gpu_bytes "
+    "(ledger/lmcache.py), which no boot varied with this"
+)
+_ROUTE_FLAG = "a kernel route flag: picks a kernel, allocates nothing the ledger sizes"
+_NCCL_TRANSPORT = "NCCL transport selection: the communicators' buffers are sized by comm.nccl.buffsize"
+_UNMODELLED = "unmodelled: "
+
+#: Deployment settings (dotted keys; a key ending in "." covers its whole section) that no ledger term
+#: depends on, each with why. Every other setting moves the plan when it changes to another allowed value
+#: (tests/config/test_knobs_move_the_plan.py changes each one, alone or with the companion setting it needs,
+#: on every shipped profile). A reason starting "unmodelled:" names real memory the ledger does not size.
+PLAN_NEUTRAL: dict[str, str] = {
+    "description": "text: what the profile is for",
+    "lmcache_config.server": _LAUNCH + ": the LMCache server's process",
+    "lmcache_config.wrapper": _LAUNCH + ": the LMCache wrapper script",
+    "lmcache_config.host": _LAUNCH + ": the LMCache server's address",
+    "lmcache_config.port": _LAUNCH + ": the LMCache server's port",
+    "lmcache_config.http_port": _LAUNCH + ": the LMCache server's HTTP port",
+    "lmcache_config.prometheus_port": _LAUNCH + ": the LMCache server's metrics port",
+    "lmcache_config.disk_path": _LAUNCH + ": where LMCache's disk tier lives (a host path)",
+    "lmcache_config.chunk_size": _UNMODELLED + "LMCache's chunk; " + _LMCACHE_HOST,
+    "lmcache_config.offload_fraction": _LMCACHE_HOST,
+    "lmcache_config.l1_gb": _LMCACHE_HOST,
+    "lmcache_config.disk_gb": _LMCACHE_HOST,
+    "vllm_version": (
+        "names the build: N's residual of that build applies where records of it exist "
+        "(calibrate.model.build_key); the name allocates nothing"
+    ),
+    "exl3.online_encoder_source": "where online K6 quantization reads its encoder (load-time source)",
+    "exl3.online_cache_dir": "where online K6 quantization caches encoded weights (a host path)",
+    "exl3.online_cache_mode": "whether online K6 reads or writes its host cache (load time)",
+    "model.served_name": _API,
+    "model.trust_remote_code": _LAUNCH + ": lets vLLM run the checkpoint's code",
+    "model.absorb_bmm": _ROUTE_FLAG + " (VLLM_B12X_ABSORB_BMM)",
+    "model.expert_bits": (
+        "the checkpoint's expert bit tiers: the SM120 block-64 rule reads them; the R7 arenas are sized by "
+        "capacity and block"
+    ),
+    "model.clamp_rope_tables": _UNMODELLED
+    + "the RoPE cos/sin tables (max_position_embeddings x rotary dim) are inside W as logged; no boot "
+    "varied it",
+    "model.geometry.": "the checkpoint's config.json (a fact of model.path, validated with it), not a knob",
+    "hardware.gpu_count": "how many GPUs the host has: the plan sizes the TP ranks it uses (parallel.tp)",
+    "hardware.compute_capability": (
+        "picks the fused indexer route only at top-k 512 (GLM-5.2 runs 2048): no size for this model"
+    ),
+    "hardware.pcie_generation": "link speed: the preflight's bandwidth checks (no memory)",
+    "hardware.pcie_width": "link width: the preflight's bandwidth checks (no memory)",
+    "hardware.min_driver": "a version floor the hardware check enforces",
+    "hardware.min_cuda": "a version floor the hardware check enforces",
+    "parallel.gpus": "which GPUs: every rank is sized alike",
+    "scheduler.enable_chunked_prefill": _LAUNCH + ": the chunk is max_num_batched_tokens either way",
+    "scheduler.enable_prefix_caching": "reuses blocks of the pool already sized (no allocation at start-up)",
+    "scheduler.async_scheduling": "scheduler overlap: no GPU allocation the ledger sizes",
+    "speculative.method": "the MTP method's name (GLM-5.2 accepts mtp only)",
+    "speculative.draft_sample_method": "the drafter's sampling rule (no memory)",
+    "speculative.rejection_sample_method": "the verifier's rejection rule (no memory)",
+    "speculative.moe_backend": _ROUTE_FLAG + " of the drafter's MoE",
+    "speculative.model": _UNMODELLED + "an external drafter's weights are not priced (W takes the MTP layer)",
+    "speculative.draft": _UNMODELLED + "an external drafter's weights are not priced (W takes the MTP layer)",
+    "memory.allocator.extra": _UNMODELLED + "other PYTORCH_CUDA_ALLOC_CONF options (the packer models "
+    "expandable_segments only)",
+    "memory.profile_include_attn": _UNMODELLED
+    + "VLLM_MEMORY_PROFILE_INCLUDE_ATTN puts attention into the profile run; no boot varied it",
+    "comm.allreduce_backend": "the all-reduce backend's name: the PCIe pools follow comm.pcie_allreduce",
+    "comm.allow_compressed_wire": (
+        "a permission: the compressed DMA wire it allows moves the plan (comm.dma_wire_mode)"
+    ),
+    "comm.nccl.proto": _NCCL_TRANSPORT,
+    "comm.nccl.p2p_level": _NCCL_TRANSPORT,
+    "comm.nccl.ib_disable": _NCCL_TRANSPORT,
+    "comm.nccl.socket_ifname": _NCCL_TRANSPORT,
+    "comm.nccl.cumem_enable": (
+        "NCCL's allocator (cuMem or legacy cudaMalloc): marks NCCL's figures an estimate; no measured size "
+        "difference"
+    ),
+    "dcp_policy.query_split_min_context_tokens": "when the query split applies: its slab is built either way",
+    "dcp_policy.ckv_gather_min_tokens": "from which prefill length the gather runs: its capacity is "
+    "dcp_policy.ckv_gather_max_tokens",
+    "dcp_policy.gather_in_workspace": _UNMODELLED
+    + "gathers into vLLM's workspace arena instead of a transient; the logged gather transient is charged "
+    "either way",
+    "dcp_policy.project_before_merge": (
+        "the A2A output head dim drops 512 -> 256, but the slot is sized by max(D, Dq) = 576: no size changes"
+    ),
+    "dcp_policy.project_before_merge_min_prefill_tokens": "when the projection applies (no size)",
+    "indexer.fused": "the fused decode plan is absorbed by the larger prefill plan in the grow-only arena",
+    "cudagraph.max_capture_size": (
+        "vLLM's capture-size cap: graphs are sized by the capture sizes, which a rule keeps at or below it"
+    ),
+    "cudagraph.custom_ops": "compilation passes (no memory the ledger sizes)",
+    "cudagraph.fuse_allreduce_rms": "a compilation pass (no memory the ledger sizes)",
+    "server.host": _LAUNCH + ": the API address",
+    "server.port": _LAUNCH + ": the API port",
+    "server.attention_backend": _ROUTE_FLAG,
+    "server.moe_backend": _ROUTE_FLAG,
+    "server.dcp_comm_backend": _ROUTE_FLAG + " (the DCP pools follow comm.dcp_a2a)",
+    "server.enable_flashinfer_autotune": "autotunes kernels at start-up (time, not memory)",
+    "server.enable_auto_tool_choice": _API,
+    "server.tool_call_parser": _API,
+    "server.reasoning_parser": _API,
+    "server.default_chat_template_kwargs.": _API,
+    "server.enable_prompt_tokens_details": _API,
+    "server.enable_force_include_usage": _API,
+    "server.enable_request_id_headers": _API,
+    "server.use_index_cache": (
+        "the checkpoint's indexer-cache sharing (hf-override): the KV record already counts only the F "
+        "layers' indexer cache"
+    ),
+    "vllm_args": "extra flags passed through unread (a managed flag there is refused)",
+    "env.": "passthrough names: each declared in MANAGED or KNOWN_PASSTHROUGH with its reason",
+}
+
+#: glmlaunch's own variables (TOOL_VARS) and what they do to a plan's memory
+TOOL_PLAN_EFFECT: dict[str, str] = {
+    GLMLAUNCH_PROFILE: "selects the configuration (its settings move the plan, the name does not)",
+    GLMLAUNCH_PROFILE_PATH: "where profiles are found",
+    GLMLAUNCH_SET: "overrides settings (each moves the plan as that setting does)",
+    GLMLAUNCH_DEBUG: "tracebacks (no memory)",
+    GLMLAUNCH_QUIET: "stderr verbosity (no memory)",
+    GLMLAUNCH_VLLM_BIN: _LAUNCH + ": the executable",
+    GLMLAUNCH_CACHE_DIR: "where calibration records live: the records move the plan, the path does not",
+    GLMLAUNCH_INVENTORY: "the hardware facts check compares against (a plan's T is hardware.memory_per_gpu)",
+    GLMLAUNCH_BACKEND: "the preflight's backend (measures; allocates nothing the plan charges)",
+    GLMLAUNCH_SKIP_PREFLIGHT: _LAUNCH,
+    GLMLAUNCH_STRICT: "exit status policy (no memory)",
+    GLMLAUNCH_RIG_DEFAULTS: "moves the plan: the term model the rig's residuals come from",
+    GLMLAUNCH_SUPERVISE: _LAUNCH,
+    GLMLAUNCH_STOP_GRACE: _LAUNCH,
+    GLMLAUNCH_STRICT_EXIT: "exit status policy (no memory)",
+    GLMLAUNCH_LMCACHE_BIN: _LAUNCH + ": the executable",
+    GLMLAUNCH_LMCACHE_START_TIMEOUT: _LAUNCH,
+}
+
+
+def plan_neutral_reason(key: str) -> str | None:
+    """Why the setting ``key`` cannot move the plan's memory (:data:`PLAN_NEUTRAL`), or None."""
+    if key in PLAN_NEUTRAL:
+        return PLAN_NEUTRAL[key]
+    return next((why for k, why in PLAN_NEUTRAL.items() if k.endswith(".") and key.startswith(k)), None)
+
+
 #: vLLM / library variables that glmlaunch does not manage but knows to be real, each with why it is not a
 #: setting, so passing them through `env:` raises no "unknown name" warning.
 KNOWN_PASSTHROUGH: dict[str, str] = {
