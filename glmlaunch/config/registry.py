@@ -680,8 +680,6 @@ PLAN_NEUTRAL: dict[str, str] = {
     "speculative.draft": _UNMODELLED + "an external drafter's weights are not priced (W takes the MTP layer)",
     "memory.allocator.extra": _UNMODELLED + "other PYTORCH_CUDA_ALLOC_CONF options (the packer models "
     "expandable_segments only)",
-    "memory.profile_include_attn": _UNMODELLED
-    + "VLLM_MEMORY_PROFILE_INCLUDE_ATTN puts attention into the profile run; no boot varied it",
     "comm.allreduce_backend": "the all-reduce backend's name: the PCIe pools follow comm.pcie_allreduce",
     "comm.allow_compressed_wire": (
         "a permission: the compressed DMA wire it allows moves the plan (comm.dma_wire_mode)"
@@ -697,13 +695,6 @@ PLAN_NEUTRAL: dict[str, str] = {
     "dcp_policy.query_split_min_context_tokens": "when the query split applies: its slab is built either way",
     "dcp_policy.ckv_gather_min_tokens": "from which prefill length the gather runs: its capacity is "
     "dcp_policy.ckv_gather_max_tokens",
-    "dcp_policy.gather_in_workspace": _UNMODELLED
-    + "gathers into vLLM's workspace arena instead of a transient; the logged gather transient is charged "
-    "either way",
-    "dcp_policy.project_before_merge": (
-        "the A2A output head dim drops 512 -> 256, but the slot is sized by max(D, Dq) = 576: no size changes"
-    ),
-    "dcp_policy.project_before_merge_min_prefill_tokens": "when the projection applies (no size)",
     "indexer.fused": "the fused decode plan is absorbed by the larger prefill plan in the grow-only arena",
     "cudagraph.max_capture_size": (
         "vLLM's capture-size cap: graphs are sized by the capture sizes, which a rule keeps at or below it"
@@ -712,7 +703,6 @@ PLAN_NEUTRAL: dict[str, str] = {
     "cudagraph.fuse_allreduce_rms": "a compilation pass (no memory the ledger sizes)",
     "server.host": _LAUNCH + ": the API address",
     "server.port": _LAUNCH + ": the API port",
-    "server.attention_backend": _ROUTE_FLAG,
     "server.moe_backend": _ROUTE_FLAG,
     "server.dcp_comm_backend": _ROUTE_FLAG + " (the DCP pools follow comm.dcp_a2a)",
     "server.enable_flashinfer_autotune": "autotunes kernels at start-up (time, not memory)",
@@ -805,7 +795,7 @@ KNOWN_PASSTHROUGH: dict[str, str] = {
     "VLLM_RTX6K_FUSED_ALLREDUCE_ADD_END_BARRIER": _VLLM_ROUTE,
     "VLLM_DCP_GLOBAL_TOPK": _DCP_ROUTE,
     "VLLM_DCP_A2A_LARGE_BACKEND": "route of DCP exchanges above VLLM_DCP_A2A_MAX_TOKENS (ag_rs: all-gather + "
-    "reduce-scatter, sized per request, not at startup)",
+    "reduce-scatter; a2a also drops the profile's AG/RS transient, ledger/dcp_prefill.py)",
     "VLLM_DCP_SHARD_DRAFT": _DCP_ROUTE,
     "VLLM_B12X_MLA_SPEC_DECODE_MAX_Q": _DCP_ROUTE,
     "VLLM_B12X_MLA_EXTEND_MAX_CHUNKS": _DCP_ROUTE,

@@ -1,10 +1,20 @@
-"""DCP sparse-MLA prefill memory: the full-CKV gather transient (in P) and the CKV prefetch ring (in W).
+"""DCP sparse-MLA prefill memory: the eager AG/RS transient the profile adds to P, and the CKV prefetch
+ring (in W).
 
-* ``dcp.ckv_gather_transient``: vLLM logs ``Including 233.25 MiB of B12X sparse DCP transient memory in
-  the profile peak`` and adds it to P. All five TP4/DCP4 boot logs print exactly that figure (batched
-  tokens 2048 and 3072, EXL3 prefill capacity 1024 and 3072), each with a full-CKV gather capacity of
-  140,000 logical tokens (``Using transient full-CKV gather ... (capacity=140000 logical tokens)``). It
-  is scaled linearly with ``dcp_policy.ckv_gather_max_tokens``: an assumption, since no log varied it.
+* ``dcp.ckv_gather_transient``: the synthetic allocation vLLM makes during the profile run so that P holds
+  the eager DCP all-gather / reduce-scatter attention tensors of the largest prefill chunk that takes that
+  path (vLLM ``vllm/model_executor/layers/attention/mla_attention.py``: ``_get_sparse_memory_profile_bytes``
+  and ``_estimate_dcp_ag_rs_transient_bytes``; the r14 boot logs print its line,
+  ``[mla_attention.py:1164] Including 233.25 MiB of B12X sparse DCP transient memory in the profile peak``).
+  Gated by ``VLLM_MEMORY_PROFILE_INCLUDE_ATTN`` (``memory.profile_include_attn``), the B12X_MLA_SPARSE
+  backend and DCP > 1. Rows: above the A2A small-batch cap (``comm.dcp_a2a_max_tokens`` + 1; pure A2A,
+  cap 0, allocates nothing) up to ``max_num_batched_tokens``, or up to 1,024 where the B12X prefill
+  workspace takes the larger chunks (``dcp_policy.gather_in_workspace`` with ``project_before_merge``);
+  with project-before-merge the rows above its threshold are costed with the projected head dim. For
+  ``T`` rows, ``H_l`` local heads (attention heads / TP) and ``H = H_l * DCP``:
+  ``T*H*576*2 + T*H*D*2 + (T*H*D*2 + 2*T*H_l*D*2) + (DCP+1)*T*H*4 (+ H*512*256*2 projected)``.
+  Every TP4/DCP4 boot log (batched tokens 2048 and 3072, A2A cap 16, gather in workspace) gives 1,024 rows
+  and 244,580,352 B = 233.25 MiB: the logged figure, to the byte.
 * ``dcp.prefill_workspace``: the persistent CKV prefetch ring of B12X sparse MLA
   (``vllm/v1/attention/backends/mla/b12x_mla_sparse.py``: ``_ckv_prefetch_workspace_nbytes``,
   ``_ckv_prefetch_depth_within_budget``, ``_ckv_prefetch_execution_lanes``, the
@@ -25,31 +35,115 @@
 
 from __future__ import annotations
 
+from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.context import Context, Draft, fmt_int
 
 KIB = 1024
 MIB = 1024 * KIB
 
-#: logged transient at the logged gather capacity
+#: the transient every TP4/DCP4 boot log prints ("Including 233.25 MiB of B12X sparse DCP transient")
 CKV_TRANSIENT_LOGGED = round(233.25 * MIB)
-CKV_CAPACITY_LOGGED = 140_000
 #: the launchers' DCP_PREFILL_WORKSPACE_MIB default (every log): the prefetch ring's budget
 WORKSPACE_DEFAULT_MIB = 1024
 
 
-def ckv_transient_bytes(capacity: int) -> int:
-    return round(CKV_TRANSIENT_LOGGED * capacity / CKV_CAPACITY_LOGGED)
+def ag_rs_transient_bytes(
+    *,
+    rows: int,
+    local_heads: int,
+    dcp: int,
+    q_head_dim: int,
+    output_head_dim: int,
+    lora: int,
+    v_head: int,
+    projected: bool,
+) -> int:
+    """``_estimate_dcp_ag_rs_transient_bytes``: the simultaneously live eager AG/RS attention tensors."""
+    if rows <= 0 or local_heads <= 0 or dcp <= 1:
+        return 0
+    heads = local_heads * dcp
+    query = rows * heads * q_head_dim * 2
+    output = rows * heads * output_head_dim * 2
+    reduce_scatter = output + 2 * rows * local_heads * output_head_dim * 2
+    lse = (dcp + 1) * rows * heads * 4
+    w_uv = heads * lora * v_head * 2 if projected else 0
+    return query + output + reduce_scatter + lse + w_uv
+
+
+#: vLLM's defaults of the switches the transient reads, when unset (the envs of the release trees)
+PBM_MIN_TOKENS_DEFAULT = 1024
+WORKSPACE_MIN_ROWS = 1025
+
+
+def ag_rs_plan(cfg: DeploymentConfig) -> tuple[list[tuple[int, bool]], str]:
+    """The (rows, projected) candidates ``_get_sparse_memory_profile_bytes`` costs, and why those rows."""
+    pol = cfg.dcp_policy
+    mnbt = cfg.scheduler.max_num_batched_tokens
+    a2a = cfg.server.dcp_comm_backend == "a2a"
+    if a2a:
+        cap = cfg.comm.dcp_a2a_max_tokens
+        if cap <= 0 or cfg.env.get("VLLM_DCP_A2A_LARGE_BACKEND") == "a2a":
+            return [], "pure A2A (cap 0 or large backend a2a): no AG/RS path"
+        first = cap + 1
+    else:
+        first = 1
+    pbm = bool(pol.project_before_merge)
+    threshold = pol.project_before_merge_min_prefill_tokens
+    if threshold is None:
+        threshold = PBM_MIN_TOKENS_DEFAULT
+    start = max(WORKSPACE_MIN_ROWS, threshold + 1)
+    in_workspace = bool(pol.gather_in_workspace) and pbm and start <= mnbt
+    last = min(mnbt, start - 1) if in_workspace else mnbt
+    why = (
+        f"rows {first}..{last}: above the A2A cap {first - 1}"
+        if a2a
+        else f"rows {first}..{last}: every chunk (no A2A)"
+    ) + (f", below the prefill workspace from {start}" if in_workspace else f", up to {mnbt} batched tokens")
+    if first > last:
+        return [], why
+    out: list[tuple[int, bool]] = []
+    if not pbm:
+        out.append((last, False))
+    else:
+        unprojected = min(last, threshold)
+        if unprojected >= first:
+            out.append((unprojected, False))
+        if last > threshold:
+            out.append((last, True))
+    return out, why
 
 
 def entries(ctx: Context) -> list[Draft]:
     cfg = ctx.config
     d = cfg.parallel.dcp
-    pol = cfg.dcp_policy
-    if d <= 1 or pol.ckv_gather is False:
+    if d <= 1 or not cfg.memory.profile_include_attn or cfg.server.attention_backend != "B12X_MLA_SPARSE":
         return []
-    cap = pol.ckv_gather_max_tokens if pol.ckv_gather_max_tokens is not None else CKV_CAPACITY_LOGGED
-    n = ckv_transient_bytes(cap)
-    src = "dcp_policy.ckv_gather_max_tokens" if pol.ckv_gather_max_tokens is not None else "unset: as logged"
+    g = cfg.model.geometry
+    local = g.num_attention_heads // cfg.parallel.tp
+    dq = g.kv_lora_rank + g.qk_rope_head_dim
+    plan, why = ag_rs_plan(cfg)
+    costed = [
+        (
+            ag_rs_transient_bytes(
+                rows=rows,
+                local_heads=local,
+                dcp=d,
+                q_head_dim=dq,
+                output_head_dim=g.v_head_dim if projected else g.kv_lora_rank,
+                lora=g.kv_lora_rank,
+                v_head=g.v_head_dim,
+                projected=projected,
+            ),
+            rows,
+            projected,
+        )
+        for rows, projected in plan
+    ]
+    n, rows, projected = max(costed, default=(0, 0, False))
+    if n <= 0:
+        return []
+    dv = g.v_head_dim if projected else g.kv_lora_rank
+    h = local * d
     return [
         Draft(
             name="dcp.ckv_gather_transient",
@@ -58,20 +152,20 @@ def entries(ctx: Context) -> list[Draft]:
             count=1,
             kind="transient",
             lifetime="profiled",
-            condition=f"DCP {d} > 1 and dcp_policy.ckv_gather not off ({pol.ckv_gather})",
-            reader="B12X sparse MLA prefill: transient full-CKV gather",
+            condition=(f"DCP {d} > 1, B12X_MLA_SPARSE, memory.profile_include_attn on; {why}"),
+            reader="eager DCP all-gather / reduce-scatter of sparse-MLA prefill (profile-time stand-in)",
             formula=(
-                f"233.25 MiB * capacity / 140000 = {fmt_int(CKV_TRANSIENT_LOGGED)} * {cap} / "
-                f"{CKV_CAPACITY_LOGGED} = {fmt_int(n)}  [capacity {cap}: {src}]"
+                f"T*H*{dq}*2 + T*H*D*2 + (T*H*D*2 + 2*T*H_l*D*2) + (DCP+1)*T*H*4"
+                + (f" + H*{g.kv_lora_rank}*{g.v_head_dim}*2" if projected else "")
+                + f" with T = {rows}, H_l = {local}, H = {h}, D = {dv}, DCP = {d}: {fmt_int(n)}"
             ),
-            # exactly the logged figure at the logged capacity; scaled, it is an estimate
-            origin="calibrated" if cap == CKV_CAPACITY_LOGGED else "estimate",
-            # vLLM adds the figure to the profile peak itself: no allocator rounding
+            origin="exact",
+            # vLLM allocates exactly this many bytes in the profile pass: no allocator rounding modelled
             alloc="fixed",
             note=(
-                "vLLM logs 'Including 233.25 MiB of B12X sparse DCP transient memory in the profile peak' "
-                "and adds it to P; all five TP4/DCP4 logs used gather capacity 140000, so linearity in the "
-                "capacity is an assumption"
+                "vLLM's own profile-time allocation (mla_attention.py _get_sparse_memory_profile_bytes); "
+                "every TP4/DCP4 boot log prints it: 'Including 233.25 MiB of B12X sparse DCP transient "
+                "memory in the profile peak'"
             ),
         )
     ]

@@ -181,6 +181,19 @@ def test_every_undeclared_setting_moves_the_plan(key: str) -> None:
     )
 
 
+#: declared sections whose members are facts or names, not one knob each (not changed one by one)
+_SECTIONS_NOT_CHANGED = ("model.geometry.", "env.")
+DECLARED = [
+    k for k in SETTINGS if plan_neutral_reason(k) is not None and not k.startswith(_SECTIONS_NOT_CHANGED)
+]
+
+
+@pytest.mark.parametrize("key", DECLARED)
+def test_a_declared_setting_does_not_move_the_plan(key: str) -> None:
+    moved = moves(key)
+    assert moved is None, f"{key} is declared plan-neutral ({plan_neutral_reason(key)}) but moves {moved}"
+
+
 def test_the_declarations_name_real_settings_with_a_reason() -> None:
     for key, why in PLAN_NEUTRAL.items():
         assert why.strip(), key

@@ -131,13 +131,42 @@ def test_arena_slopes_are_exact() -> None:
 
 
 def test_dcp_transient_matches_every_log(logs: list[BootLog]) -> None:
+    # vLLM's own profile-time AG/RS allocation (mla_attention.py _get_sparse_memory_profile_bytes), from
+    # each log's batched tokens and its A2A cap of 16 (every log: "max_batch_size=16"): 1,024 rows each
     for log in logs:
         assert log.dcp_transient, log.name
+        mnbt = int(log.header["MAX_NUM_BATCHED_TOKENS"])
+        cfg = _cfg(f"scheduler.max_num_batched_tokens={mnbt}", "comm.dcp_a2a_max_tokens=16")
+        entry = build_ledger(cfg).entry("dcp.ckv_gather_transient")
+        assert entry is not None and entry.origin == "exact"
         for mib in log.dcp_transient:
-            assert mib == 233.25
-        for cap in log.ckv_capacity:
-            assert cap == 140_000
-        assert dcp_prefill.ckv_transient_bytes(140_000) / MIB == 233.25
+            assert mib == 233.25 == entry.requested_bytes / MIB, log.name
+    assert dcp_prefill.CKV_TRANSIENT_LOGGED == 244_580_352
+
+
+def test_dcp_transient_follows_its_inputs() -> None:
+    base = build_ledger(_cfg()).entry("dcp.ckv_gather_transient")
+    assert base is not None and base.requested_bytes == 244_580_352
+    # the gather capacity is not an input (it was scaled by it before the code was read)
+    same = build_ledger(_cfg("dcp_policy.ckv_gather_max_tokens=70000")).entry("dcp.ckv_gather_transient")
+    assert same is not None and same.requested_bytes == base.requested_bytes
+    # without the prefill workspace every chunk up to the batch takes the AG/RS path: 3,072 rows, and the
+    # rows above project-before-merge's threshold are costed projected (D 256 plus the gathered W_UV)
+    wide = build_ledger(_cfg("dcp_policy.gather_in_workspace=false")).entry("dcp.ckv_gather_transient")
+    projected = dcp_prefill.ag_rs_transient_bytes(
+        rows=3072,
+        local_heads=16,
+        dcp=4,
+        q_head_dim=576,
+        output_head_dim=256,
+        lora=512,
+        v_head=256,
+        projected=True,
+    )
+    assert wide is not None and wide.requested_bytes == projected
+    # pure A2A (cap 0), no attention in the profile, DCP 1: nothing
+    for sets in (("comm.dcp_a2a_max_tokens=0",), ("memory.profile_include_attn=false",), ("parallel.dcp=1",)):
+        assert build_ledger(_cfg(*sets)).entry("dcp.ckv_gather_transient") is None, sets
 
 
 def _bytes_per_token(mtp: int, mode: str | None) -> int:
@@ -250,19 +279,6 @@ def test_arenas_shrink_the_kv_cache() -> None:
     assert small is not None and large is not None
     # 1024 more tokens: 240 KiB + 320 KiB each (footprints round to whole segments)
     assert abs((small.requested_bytes - large.requested_bytes) - 1024 * 560 * 1024) <= 8 * MIB
-
-
-def test_ckv_transient_scales_with_capacity_and_is_gated() -> None:
-    base = build_ledger(_cfg()).entry("dcp.ckv_gather_transient")
-    assert base is not None
-    assert (base.kind, base.lifetime, base.origin) == ("transient", "profiled", "calibrated")
-    assert base.requested_bytes == base.device_bytes == round(233.25 * MIB)
-    assert "140000" in base.note
-    half = build_ledger(_cfg("dcp_policy.ckv_gather_max_tokens=70000")).entry("dcp.ckv_gather_transient")
-    assert half is not None and half.origin == "estimate"
-    assert half.requested_bytes == round(233.25 * MIB / 2)
-    assert build_ledger(_cfg("dcp_policy.ckv_gather=false")).entry("dcp.ckv_gather_transient") is None
-    assert build_ledger(_cfg("parallel.dcp=1")).entry("dcp.ckv_gather_transient") is None
 
 
 CKV_RING = re.compile(r"Preallocated ([\d.]+) MiB for (\d+) persistent CKV execution lane")
