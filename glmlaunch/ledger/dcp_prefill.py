@@ -254,7 +254,8 @@ def prefetch_ring(ctx: Context) -> list[Draft]:
                 f"{fmt_int(local)} * {rec} = {fmt_int(extra)}  [local_capacity = A(ceil({cap} / {d}) + "
                 f"{mns} * {interleave}, 64); the whole ring is {lanes} x (1 + ({depth} + 1) * {d}) * "
                 f"{fmt_int(local)} * {rec} = {fmt_int(lanes * lane)}; its depth-0 part "
-                f"{fmt_int(lanes * ring_lane_bytes(0, d, local, rec))} is inside the logged W]"
+                f"{fmt_int(lanes * ring_lane_bytes(0, d, local, rec))} is counted inside W: every W on "
+                "record was logged at depth 0]"
             ),
             origin="default" if unset else "exact",
             alloc="fixed",
