@@ -622,7 +622,7 @@ _LMCACHE_HOST = (
     "(ledger/lmcache.py), which no boot varied with this"
 )
 _ROUTE_FLAG = "a kernel route flag: picks a kernel, allocates nothing the ledger sizes"
-_NCCL_TRANSPORT = "NCCL transport selection: the communicators' buffers are sized by comm.nccl.buffsize"
+_NCCL_TRANSPORT = "NCCL transport selection: no size the ledger models for it"
 _UNMODELLED = "unmodelled: "
 
 #: Deployment settings (dotted keys; a key ending in "." covers its whole section) that no ledger term
@@ -688,6 +688,10 @@ PLAN_NEUTRAL: dict[str, str] = {
     "comm.nccl.p2p_level": _NCCL_TRANSPORT,
     "comm.nccl.ib_disable": _NCCL_TRANSPORT,
     "comm.nccl.socket_ifname": _NCCL_TRANSPORT,
+    "comm.nccl.buffsize": _UNMODELLED
+    + "NCCL's connection buffers scale with it (the rig measured ~208 MiB/GPU more idle headroom at 1 MiB "
+    "against the 4 MiB default, malaiwah/glm52-exl3-vast docs/glm52-r17-maintenance-results.md L49); "
+    "charging it re-fits the runtime demand terms, which the turnkey's runtime band cannot absorb yet",
     "comm.nccl.cumem_enable": (
         "NCCL's allocator (cuMem or legacy cudaMalloc): marks NCCL's figures an estimate; no measured size "
         "difference"

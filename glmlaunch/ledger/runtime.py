@@ -15,13 +15,6 @@ refusing, never towards an OOM.
   T - F0 at 1.38-1.40 GiB on RTX PRO 6000): calibrate.
 * non-torch growth during profiling: 0.45 GiB in r14 TP4/DCP4 boot logs (NCCL lazy buffers, cuBLAS
   workspaces), less the DCP A2A eager channel the ledger lists on its own.
-* ``runtime.nccl_buffers``: ``comm.nccl.buffsize`` (NCCL_BUFFSIZE) against NCCL's 4 MiB default. NCCL
-  sizes each connection's Simple-protocol buffer by it, so the communicators' buffers scale with it. The
-  count of such buffers per rank is not read from NCCL's code here: a named residual, fitted on the one
-  measurement on this rig, "NCCL_BUFFSIZE=1048576 | approximately 208 MiB/GPU idle headroom" at TP4/DCP4
-  (malaiwah/glm52-exl3-vast@eba43a5 docs/glm52-r17-maintenance-results.md L49): 208 MiB per 3 MiB less,
-  about 69 buffers. The rig defaults' U_pre was fitted at the default (the r14 logs set none), so the
-  entry is the difference from it, charged where the communicators are built (before the snapshot).
 """
 
 from __future__ import annotations
@@ -33,10 +26,6 @@ CUDA_CONTEXT_DEFAULT = 651 * MIB
 NCCL_DEFAULT = 936 * MIB
 NCCL_DCP_DEFAULT = 486 * MIB
 NONTORCH_DEFAULT = 448 * MIB
-#: NCCL's default NCCL_BUFFSIZE (4 MiB)
-NCCL_BUFFSIZE_DEFAULT = 4 * MIB
-#: bytes of communicator buffers per byte of NCCL_BUFFSIZE at TP4/DCP4 on this rig: 208 MiB / 3 MiB
-NCCL_BUFFERS_PER_BUFFSIZE = 208 / 3
 
 
 # the budget term a calibrated driver entry is the residual of
@@ -106,37 +95,6 @@ def entries(ctx: Context) -> list[Draft]:
     return [
         _estimate(d, ctx) if d.name in ("runtime.nccl", "runtime.nontorch_profiled") else d
         for d in _entries(ctx)
-    ] + _nccl_buffers(ctx)
-
-
-def _nccl_buffers(ctx: Context) -> list[Draft]:
-    cfg = ctx.config
-    size = cfg.comm.nccl.buffsize
-    if size is None or cfg.parallel.tp <= 1:
-        return []
-    n = round((size - NCCL_BUFFSIZE_DEFAULT) * NCCL_BUFFERS_PER_BUFFSIZE)
-    return [
-        Draft(
-            name="runtime.nccl_buffers",
-            subsystem="runtime",
-            requested_bytes=n,
-            count=1,
-            kind="driver",
-            lifetime="pre-snapshot",
-            condition=f"comm.nccl.buffsize {fmt_int(size)} (NCCL_BUFFSIZE) set, TP {cfg.parallel.tp} > 1",
-            reader="NCCL communicators' connection buffers",
-            formula=(
-                f"(buffsize - 4 MiB default) * 208 / 3 = ({fmt_int(size)} - {fmt_int(NCCL_BUFFSIZE_DEFAULT)})"
-                f" * {NCCL_BUFFERS_PER_BUFFSIZE:.2f} = {fmt_int(n)}  [fitted: 1 MiB frees ~208 MiB/GPU at "
-                "TP4/DCP4, docs/glm52-r17-maintenance-results.md L49]"
-            ),
-            origin="estimate",
-            alloc="fixed",
-            note=(
-                "a named residual with the buffer size as its input: NCCL's buffer count per rank is not "
-                "derived here (one measurement at TP4/DCP4; other TP/DCP shapes hold other counts)"
-            ),
-        )
     ]
 
 

@@ -217,7 +217,6 @@ def test_the_knobs_that_used_to_stand_still_move_it() -> None:
         "dcp_policy.ckv_prefetch_depth",
         "dcp_policy.indexer_shards",
         "dcp_policy.ckv_prefetch_workspace_mib",
-        "comm.nccl.buffsize",
     ):
         assert plan_neutral_reason(key) is None and moves(key) is not None, key
 

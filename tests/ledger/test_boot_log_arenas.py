@@ -360,15 +360,3 @@ def test_kv_record_by_scale_mode() -> None:
     a = build_ledger(_cfg("memory.kv_scale_mode=dynamic-token")).entry("kv_cache")
     b = build_ledger(_cfg()).entry("kv_cache")
     assert a is not None and b is not None and "368 B" in a.note and "432 B" in b.note
-
-
-def test_nccl_buffsize_moves_u_pre_by_the_measured_slope() -> None:
-    # NCCL_BUFFSIZE 1 MiB frees ~208 MiB/GPU at TP4/DCP4 (docs/glm52-r17-maintenance-results.md L49)
-    assert build_ledger(_cfg()).entry("runtime.nccl_buffers") is None  # NCCL's default: in the fit
-    small = build_ledger(_cfg("comm.nccl.buffsize=1MiB"))
-    e = small.entry("runtime.nccl_buffers")
-    assert e is not None and e.lifetime == "pre-snapshot" and e.origin == "estimate"
-    assert e.requested_bytes == -208 * MIB
-    big = build_ledger(_cfg("comm.nccl.buffsize=8MiB")).entry("runtime.nccl_buffers")
-    assert big is not None and big.requested_bytes == round(4 * MIB * 208 / 3)
-    assert small.base_terms.u_pre == build_ledger(_cfg()).base_terms.u_pre - 208 * MIB
