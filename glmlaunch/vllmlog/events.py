@@ -2,7 +2,9 @@
 
 * A CUDA out-of-memory, PyTorch's ``CUDA out of memory. Tried to allocate X. GPU N has a total capacity
   of T of which Y is free``, and a free-memory reading ``GPU N: X MiB free`` (as ``glmlaunch`` writes it)
-  are :class:`RuntimeEvent` s, with whether they came after the ready line (the runtime, not the boot).
+  are :class:`RuntimeEvent` s, with whether they came after the ready line (the runtime, not the boot);
+  each counts only where vLLM's logger or a traceback opens a message with it (glmlaunch's own line for a
+  reading), never inside another message's text (a prompt the request logger echoes).
 * The ready line: ``Application startup complete`` (or the API server starting).
 * A Python exception (``torch.OutOfMemoryError: …``), an engine's fatal error, the markers of an OOM.
 * The milestones a boot passes (weights loaded, KV cache sized, graphs captured, startup complete).
@@ -67,6 +69,50 @@ CAPACITY_AS_PRINTED_RE = re.compile(
 FREE_RE = re.compile(r"\bGPU ([0-9]+): " + NUM + r" ?(MiB|GiB) free\b")
 _FREE_LEAD = " free"
 
+# --- where an event may be stated ------------------------------------------------------------------
+# A figure counts only where vLLM's logger or a Python traceback states it, at the opening of the message:
+# the same words inside a message (a prompt echoed by vLLM's request logger, ``Received request …:
+# prompt: '… CUDA out of memory. Tried to allocate 900.00 GiB …'``) are someone's text, never evidence.
+# vLLM's logger writes a prompt with %r, so a prompt cannot open a line of its own.
+
+#: vLLM's logger header where no process tag consumed it (:data:`glmlaunch.vllmlog.lines.PREFIX_RE`
+#: consumes it after a tag): level, then date and time, then ``[file.py:123]``, each but the level optional
+LOGGER_HEAD_RE = re.compile(
+    r"[ \t]*(?:(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+"
+    r"(?:[0-9]{2}-[0-9]{2}[ \t]+[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?[ \t]+)?"
+    r"(?:\[[^\]\s]+\][ \t]*)?)?"
+)
+#: an OOM opening a message: PyTorch's words, bare or as the message of an exception line
+#: (``torch.OutOfMemoryError: CUDA out of memory.``, ``RuntimeError: CUDA out of memory.``), or an
+#: ``…OutOfMemoryError`` exception line of any message
+OOM_OPENING_RE = re.compile(
+    r"(?:(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception): )?CUDA out of memory\."
+    r"|(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_]*OutOfMemoryError\b"
+)
+#: the prefix glmlaunch's own readings carry (``2026-12-04T03:50:00+00:00 glmlaunch watch: ``)
+_READING_HEAD_RE = re.compile(r"[ \t]*(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.+-]+Z? glmlaunch watch: )?")
+
+
+def statement(text: str) -> str:
+    """A message's own words: ``text`` after the vLLM logger header a process tag left in it, if any."""
+    head = LOGGER_HEAD_RE.match(text)
+    return text[head.end() :] if head else text
+
+
+def oom_statement(text: str) -> str | None:
+    """The OOM a message states from its opening words on (:data:`OOM_OPENING_RE`), else None."""
+    said = statement(text)
+    return said if OOM_OPENING_RE.match(said) else None
+
+
+def reading_statement(msg: Message) -> str | None:
+    """A free-memory reading as glmlaunch writes it, opening a line no vLLM process wrote, else None."""
+    if msg.process is not None:
+        return None
+    head = _READING_HEAD_RE.match(msg.text)
+    said = msg.text[head.end() :] if head else msg.text
+    return said if said.startswith("GPU ") else None
+
 
 def free_reading(gpu: int, free_mib: int) -> str:
     """A free-memory reading as ``glmlaunch watch --readings`` writes it, and :data:`FREE_RE` reads it."""
@@ -103,7 +149,10 @@ def exception_of(text: str) -> str | None:
 
 
 def is_oom_line(text: str) -> bool:
-    return any(m in text for m in OOM_MARKERS)
+    """Whether a line states an OOM where vLLM's logger or a traceback does (:func:`oom_statement`)."""
+    if not any(m in text for m in OOM_MARKERS):
+        return False
+    return any(oom_statement(msg.text) is not None for msg in iter_messages(text))
 
 
 def is_engine_fatal(text: str) -> bool:
@@ -152,10 +201,21 @@ def may_hold_runtime_event(text: str) -> bool:
     return OUT_OF_MEMORY in text or _FREE_LEAD in text
 
 
+def _opens(said: str, at: int) -> bool:
+    """Whether PyTorch's words at ``at`` are where the statement opens (after an exception's name, if any)."""
+    if at == 0:
+        return True
+    name = said[: at - 2]
+    return said[:at].endswith(": ") and name.replace(".", "_").isidentifier()
+
+
 def runtime_event(msg: Message, ready: bool) -> RuntimeEvent | None:
     """The OOM or free-memory reading one message states; ValueError or OverflowError on a figure too
     large to convert."""
-    m = OOM_RE.search(msg.text)
+    said = oom_statement(msg.text) if OUT_OF_MEMORY in msg.text else None
+    at = said.find(OOM_MARKERS[0]) if said is not None else -1
+    # PyTorch's words where the statement opens with them, or right after the exception's name
+    m = OOM_RE.match(said, at) if said is not None and at >= 0 and _opens(said, at) else None
     if m:
         gpu = m.group(3)
         return RuntimeEvent(
@@ -168,7 +228,8 @@ def runtime_event(msg: Message, ready: bool) -> RuntimeEvent | None:
             after_ready=ready,
             line=msg.text.strip()[:240],
         )
-    f = FREE_RE.search(msg.text)
+    reading = reading_statement(msg) if _FREE_LEAD in msg.text else None
+    f = FREE_RE.match(reading) if reading is not None else None
     if f:
         return RuntimeEvent(
             kind="free",
