@@ -101,6 +101,11 @@ class ConfigError(GlmlaunchError):
     exit_code = ExitCode.CONFIG
 
 
+class EvidenceError(ConfigError):
+    """A boot log whose figures disagree with each other, the configuration or the GPU (calibrate.evidence):
+    refused as a calibration record. A bad input like any other: exit 2."""
+
+
 class ConfigErrors(ConfigError):
     """Several configuration errors found at once; each is kept for JSON output and tests."""
 

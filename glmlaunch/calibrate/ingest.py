@@ -164,7 +164,7 @@ def _record_from_log(
     fingerprint = make_fingerprint(
         boot_cfg, inventory, vllm_version=boot.engine.vllm_version, versions=versions
     )
-    return build_calibration(
+    record = build_calibration(
         boot,
         fingerprint,
         profile=profile,
@@ -173,23 +173,13 @@ def _record_from_log(
         config=logged,
         extra_notes=notes,
     )
+    from glmlaunch.calibrate.evidence import boot_disagreements, refuse_evidence
 
-
-def launch_differences(launched: DeploymentConfig, logged: DeploymentConfig) -> list[str]:
-    """Where a log's own configuration differs from what glmlaunch launched (memory settings).
-
-    ``env.*`` is left out: a log shows the environment only where a launcher prints it, and the boot
-    configuration read from a log never carries it (the launch's ``env:`` would always "differ").
-    """
-    from glmlaunch.calibrate.fingerprint import memory_settings
-
-    a = {k: v for k, v in memory_settings(launched).items() if k != "env" and not k.startswith("env.")}
-    b = {k: v for k, v in memory_settings(logged).items() if k != "env" and not k.startswith("env.")}
-    return [
-        f"{key}: launched {a.get(key)!r}, logged {b.get(key)!r}"
-        for key in sorted(set(a) | set(b))
-        if a.get(key) != b.get(key)
-    ]
+    exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
+    refused = boot_disagreements(boot, boot_cfg, exact_total=exact if record.total_bytes_exact else None)
+    if refused:
+        raise refuse_evidence(refused[0].text(), path, len(refused))
+    return record
 
 
 def ingest_launched(
@@ -205,9 +195,13 @@ def ingest_launched(
     """The record of a boot glmlaunch launched itself (``serve --supervise``), keyed on ``launched``.
 
     The key is what glmlaunch started, never re-inferred from the log; everything measured (the parsed
-    log, each rank's terms, the device total) is what ``calibrate ingest`` makes of the same file. Where
-    the log's own configuration differs from the launch, a note lists the settings.
+    log, each rank's terms, the device total) is what ``calibrate ingest`` makes of the same file. A log
+    whose own configuration shows a memory setting other than the launch's, or whose figures disagree
+    (:mod:`.evidence`), is kept with ``evidence_refused`` saying why: the boot stays on record, and no plan
+    learns from it.
     """
+    from glmlaunch.calibrate.evidence import boot_disagreements, launch_disagreements
+
     boot = _read_boot(path)
     why: str | None = None
     logged: DeploymentConfig | None = None
@@ -216,15 +210,11 @@ def ingest_launched(
     except ConfigError as exc:
         why = f"the log's own configuration does not resolve here ({exc.message})"
     notes: list[str] = []
-    if logged is not None:
-        diffs = launch_differences(launched, logged)
-        if diffs:
-            notes.append(
-                f"the log's own configuration differs from the launch in {len(diffs)} setting(s); the "
-                "record is keyed on the launch: " + "; ".join(diffs)
-            )
-    else:
+    if logged is None:
         notes.append(f"keyed on the launch: {why or 'the log shows no configuration of its own'}")
+    # A boot whose log shows another configuration than the launch (a stand-in vLLM printing any log) is
+    # no evidence of the launch: it is kept, never learned from.
+    refused = launch_disagreements(launched, boot) if logged is not None else []
     fingerprint = make_fingerprint(
         launched, inventory, vllm_version=boot.engine.vllm_version, versions=versions
     )
@@ -236,6 +226,11 @@ def ingest_launched(
         config=launched,
         extra_notes=notes,
     )
+    exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
+    refused += boot_disagreements(boot, launched, exact_total=exact if record.total_bytes_exact else None)
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        record = record.model_copy(update={"evidence_refused": refused[0].text() + more})
     if supervised is not None:
         record = record.model_copy(update={"supervised": supervised})
     saved = store.save(record) if store is not None else None

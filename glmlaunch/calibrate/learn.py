@@ -134,6 +134,17 @@ def _one_per_boot(records: Iterable[Calibration]) -> list[tuple[Calibration, str
     ]
 
 
+def evidence_refused(record: Calibration) -> str | None:
+    """Why a record's log is no evidence: what the record says, else the first rule its figures break (a
+    record an earlier glmlaunch stored unchecked); None when it is evidence."""
+    if record.evidence_refused is not None:
+        return record.evidence_refused
+    from glmlaunch.calibrate.evidence import record_disagreements
+
+    refused = record_disagreements(record)
+    return refused[0].text() if refused else None
+
+
 @dataclass(frozen=True)
 class Learned:
     model: TermModel | None
@@ -158,6 +169,10 @@ def learn(config: DeploymentConfig, records: Iterable[Calibration]) -> Learned:
         cfg = record_config(rec)
         if cfg is None:
             skipped.append(f"{rec.record_id}: its boot configuration is not valid here")
+            continue
+        refused = evidence_refused(rec)
+        if refused is not None:
+            skipped.append(f"{rec.record_id}: its log is no evidence: {refused}")
             continue
         if group_key(cfg) != key:
             skipped.append(f"{rec.record_id}: another rig shape ({describe_group(cfg)})")

@@ -78,6 +78,9 @@ class Calibration(BaseModel):
     config: dict[str, Any] | None = None
     # Set when ``serve --supervise`` wrote the record; ``calibrate ingest`` of the same file keeps it.
     supervised: SupervisedBoot | None = None
+    # Why the log's figures are no evidence (:mod:`.evidence`): the boot is kept, never learned from.
+    # ``calibrate ingest`` refuses such a log instead; only a supervised boot's record is kept with it.
+    evidence_refused: str | None = None
 
     @model_validator(mode="after")
     def _one_term_set_per_rank(self) -> Calibration:
@@ -94,6 +97,7 @@ class Calibration(BaseModel):
         """Complete enough to replace defaults: every rank has W, P and N, and vLLM did not refuse."""
         return (
             bool(self.ranks)
+            and self.evidence_refused is None
             and not self.boot.refused
             and all(getattr(t, name) is not None for t in self.ranks for name in REQUIRED_TERMS)
         )
@@ -101,6 +105,8 @@ class Calibration(BaseModel):
     def unusable_reason(self) -> str | None:
         if self.usable:
             return None
+        if self.evidence_refused is not None:
+            return f"its log is no evidence: {self.evidence_refused}"
         if not self.ranks:
             return "the log has no worker rank lines"
         if self.boot.refused:

@@ -115,6 +115,7 @@ class Store:
         path = self.path_for(record.record_id)
         text = record.model_dump_json(indent=2) + "\n"
         check_record_text(text, source=record.boot.source)
+        check_record_evidence(record)
         self._ensure()
         from filelock import FileLock, Timeout  # only writers lock: `plan` only reads the store
 
@@ -194,6 +195,18 @@ def check_record_text(text: str, *, source: str) -> None:
             value=source,
             hint="ingest the server log of one boot as vLLM wrote it",
         ) from None
+
+
+def check_record_evidence(record: Calibration) -> None:
+    """Refuse to write a record whose log's figures disagree (:mod:`glmlaunch.calibrate.evidence`), unless
+    the record itself says so (``evidence_refused``: a supervised boot kept, never learned from)."""
+    if record.evidence_refused is not None:
+        return
+    from glmlaunch.calibrate.evidence import record_disagreements, refuse_evidence
+
+    refused = record_disagreements(record)
+    if refused:
+        raise refuse_evidence(refused[0].text(), record.boot.source, len(refused))
 
 
 _REINGEST = "ingest its boot log again (glmlaunch calibrate ingest LOG) for a record of this glmlaunch"

@@ -706,6 +706,11 @@ def _on_ready(run: _Run, stream: BootStream) -> None:
     record = _ingest(run, _supervised(run, "running"))
     if record is None:
         note(f"supervise: no calibration record from this boot: {run.record_problem}")
+    elif record.evidence_refused is not None:
+        warn(
+            f"supervise: this boot's log is no evidence ({record.evidence_refused}); its record "
+            f"{record.record_id} is kept ({run.record_path}) and no plan learns from it"
+        )
     elif not record.usable:
         note(
             f"supervise: calibration record {record.record_id} written ({run.record_path}); not usable "

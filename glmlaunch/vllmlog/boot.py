@@ -188,6 +188,9 @@ class RankObservation(BaseModel):
     cudagraph_bytes: int | None = None
     kv_bytes_to_requested: int | None = None
     kv_bytes_to_gpu: int | None = None
+    #: the same two suggestions as vLLM printed them beside the bytes, ``(2.08 GiB)`` (to 0.01 GiB)
+    kv_bytes_to_requested_printed: int | None = None
+    kv_bytes_to_gpu_printed: int | None = None
     kv_in_use_bytes: int | None = None
     dcp: DcpGeometry | None = None
     dcp_transient_bytes: int | None = None
@@ -339,6 +342,8 @@ def _free_memory(m: re.Match[str]) -> dict[str, object]:
         "cudagraph_bytes": gib(m.group("g")),
         "kv_bytes_to_requested": int(m.group("kvreq")),
         "kv_bytes_to_gpu": int(m.group("kvgpu")),
+        "kv_bytes_to_requested_printed": gib(m.group("kvreqp")) if m.group("kvreqp") else None,
+        "kv_bytes_to_gpu_printed": gib(m.group("kvgpup")) if m.group("kvgpup") else None,
         "kv_in_use_bytes": gib(m.group("kvuse")),
     }
 
@@ -484,8 +489,10 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
             rf" weight, {named('p')} GiB for peak activation,"
             rf" {named('n')} GiB for non-torch memory, and"
             rf" {named('g')} GiB for CUDAGraph memory\..{{0,1024}}?"
-            r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`.{0,1024}?to fit into requested memory, or"
-            r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`.{0,1024}?to fully utilize gpu memory\."
+            r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`(?: \((?P<kvreqp>-?[0-9]+(?:\.[0-9]+)?) GiB\))?"
+            r".{0,1024}?to fit into requested memory, or"
+            r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`(?: \((?P<kvgpup>-?[0-9]+(?:\.[0-9]+)?) GiB\))?"
+            r".{0,1024}?to fully utilize gpu memory\."
             rf" Current kv cache memory in use is {named('kvuse')} GiB"
         ),
         _free_memory,

@@ -53,10 +53,17 @@ def test_the_record_measures_what_ingest_measures_and_is_keyed_on_the_launch(tmp
     assert launched.boot.sha256 == ingested.record.boot.sha256
 
 
-def test_a_launch_the_log_disagrees_with_keys_the_record_on_the_launch() -> None:
-    config = resolve_config("turnkey", ("scheduler.max_model_len=262144",), environ={}).config
+def test_a_launch_the_log_disagrees_with_is_kept_and_never_learned_from(tmp_path: Path) -> None:
+    """A log showing other memory settings than the launch (a stand-in vLLM printing any log) is no
+    evidence of the launch: the record is kept, keyed on the launch, saying why; no plan learns from it."""
+    from glmlaunch.calibrate.learn import learn
+
+    name, imported = _imported(tmp_path)
+    longer = ("scheduler.max_model_len=262144",)
+    config = resolve_config(str(tmp_path / "boot.yaml"), longer, environ={}).config
+    store = Store(tmp_path / "calibration")
     record = ingest_launched(
-        LOG, launched=config, profile="turnkey", inventory=None, store=None, versions=VERSIONS
+        LOG, launched=config, profile=name, inventory=None, store=store, versions=VERSIONS
     ).record
     assert record.fingerprint == make_fingerprint(
         config, None, vllm_version=record.boot.engine.vllm_version, versions=VERSIONS
@@ -64,9 +71,17 @@ def test_a_launch_the_log_disagrees_with_keys_the_record_on_the_launch() -> None
     assert record.config == config.model_dump(mode="json")
     own = record_config(record)
     assert own is not None and memory_settings(own) == memory_settings(config)
-    [note] = record.notes
-    assert note.startswith("the log's own configuration differs from the launch in ")
-    assert "scheduler.max_model_len: launched 262144, logged 131072" in note
+    assert record.evidence_refused == (
+        "the log's scheduler.max_model_len 131072 disagrees with the launched scheduler.max_model_len 262144"
+    )
+    assert not record.usable and "its log is no evidence: " in (record.unusable_reason() or "")
+    # kept on disk as it is, never learned from: not for the launch, not for the boot's own configuration
+    [stored] = store.load().records
+    assert stored == record
+    for cfg in (config, imported):
+        learned = learn(cfg, store.load().records)  # type: ignore[arg-type]
+        assert learned.used == ()
+        assert learned.skipped == (f"{record.record_id}: its log is no evidence: {record.evidence_refused}",)
     # the log's measurements are the log's, whatever the key
     [ingested] = ingest_logs([LOG], config=None, profile=None, inventory=None, store=None, versions=VERSIONS)
     assert record.ranks == ingested.record.ranks

@@ -1,0 +1,276 @@
+"""Whether a boot log's figures can be evidence, checked before they become a calibration record.
+
+A log is text anyone can edit, and a record learned from it moves every later plan of its rig shape (two
+figures changed in a real log turned ``runtime-oom`` into ``ok … confirmed``: issue 31). So the figures are
+held to each other, to the configuration the record is keyed on and to the GPU. Each rule below is vLLM's
+own arithmetic or physics, with the tolerance of the two-decimal GiB figures it reads (±5 MiB each):
+
+* **physics**: the device total T is more than 0 B and no larger than the GPU (``nvidia-smi``'s figure in
+  the log, else the total the record agreed on, else ``hardware.memory_per_gpu``); the free memory F0 is at
+  most T; nothing the log says was allocated (W, P, N, G, KV, the requested budget R, an OOM's allocation)
+  is larger than T; an OOM's free memory is at most its total;
+* **the free-memory line against itself** (vLLM's ``gpu_worker.py``, which prints it): R = GMU x T; the two
+  ``--kv-cache-memory-bytes`` suggestions are R, resp. F0, less W + P + N + G and vLLM's 150 MiB buffer, and
+  each is the figure printed beside it (``(2.08 GiB)``);
+* **the KV cache**: the engine's token count is what the logged KV memory holds at the record's
+  configuration's bytes per token (whole 64-token blocks per rank, times DCP), where vLLM sized the pool;
+* **the launched configuration**: the GMU in the free-memory line is the configuration's; a
+  ``kv_cache_memory_bytes`` is the KV memory vLLM logged; for a boot glmlaunch launched, every memory setting
+  the log's own configuration shows is the launch's (:func:`launch_disagreements`).
+
+Pure functions over a record or a parsed log: :mod:`.ingest` refuses a log that breaks one, the store
+refuses to write such a record unless it says so (``Calibration.evidence_refused``), and learning skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from glmlaunch.config.safeload import short
+from glmlaunch.config.units import GIB, MIB
+from glmlaunch.errors import EvidenceError
+
+if TYPE_CHECKING:
+    from glmlaunch.calibrate.records import Calibration
+    from glmlaunch.config.schema import DeploymentConfig
+    from glmlaunch.vllmlog.boot import BootLog, RankObservation
+    from glmlaunch.vllmlog.events import RuntimeEvent
+
+#: half of the last digit of a ``%.2f GiB`` figure: what one printed figure may be off by
+RESOLUTION = int(0.005 * GIB)
+#: vLLM's ``redundancy_buffer_memory`` (gpu_worker.py): each suggestion leaves 150 MiB unassigned
+VLLM_BUFFER = 150 * MIB
+#: the suggestions sum five printed figures (R or F0, W, P, N, G): each may be off by RESOLUTION
+SUM_TOLERANCE = 6 * RESOLUTION
+#: the engine's KV token count may differ from the logged memory's by a block per rank and the rounding
+#: of that memory; beyond this share of it, the two figures are of different pools
+KV_TOKEN_SHARE = 0.02
+KV_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One figure of a log, its value, and what it disagrees with."""
+
+    figure: str
+    value: str
+    against: str
+
+    def text(self) -> str:
+        return f"{self.figure} {self.value} disagrees with {self.against}"
+
+
+def _g(n: int | float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def gpu_capacity(boot: BootLog, config: DeploymentConfig | None, exact: int | None) -> tuple[int, str] | None:
+    """The GPU's memory and where it comes from: the log's ``nvidia-smi`` lines, else the total the record
+    agreed on (an inventory or the profile, to the log's 0.01 GiB), else ``hardware.memory_per_gpu``."""
+    bc = boot.boot_config
+    if bc is not None and bc.gpu_memory_mib:
+        return bc.gpu_memory_mib * MIB, f"the GPU's {bc.gpu_memory_mib:,} MiB (the log's nvidia-smi lines)"
+    if exact is not None:
+        return exact, f"the GPU's total {_g(exact)}"
+    if config is not None:
+        total = int(config.hardware.memory_per_gpu)
+        return total, f"the GPU's hardware.memory_per_gpu {_g(total)} ({config.hardware.gpu_model})"
+    return None
+
+
+def _rank_physics(obs: RankObservation, capacity: tuple[int, str] | None) -> Iterator[Disagreement]:
+    who = obs.rank
+    total = obs.total_bytes
+    if total is None:
+        return
+    if total <= 0:
+        yield Disagreement(f"{who}'s device total T", _g(total), "any GPU (a total of 0 B or less)")
+        return
+    if capacity is not None and total > capacity[0] + RESOLUTION:
+        yield Disagreement(f"{who}'s device total T", _g(total), f"{capacity[1]}: larger than the GPU")
+    for name, value in (
+        ("free memory at start F0", obs.free_at_start_bytes),
+        ("requested memory R", obs.requested_bytes),
+        ("weights W", obs.weights_bytes),
+        ("peak activation P", obs.peak_activation_bytes),
+        ("non-torch memory N", obs.non_torch_bytes),
+        ("CUDA graph memory G", obs.cudagraph_bytes),
+        ("available KV cache memory", obs.kv_available_bytes),
+        ("KV cache memory in use", obs.kv_in_use_bytes),
+        ("--kv-cache-memory-bytes to fully use the GPU", obs.kv_bytes_to_gpu),
+    ):
+        if value is not None and value > total:
+            yield Disagreement(f"{who}'s {name}", _g(value), f"its device total T {_g(total)}: larger")
+        if value is not None and value < 0 and name != "--kv-cache-memory-bytes to fully use the GPU":
+            yield Disagreement(f"{who}'s {name}", _g(value), "physics: an allocation below 0 B")
+
+
+def _free_line(obs: RankObservation) -> Iterator[Disagreement]:
+    """The free-memory line against itself: vLLM computed every figure in it from the same few."""
+    who = f"{obs.rank}'s free-memory line:"
+    gmu, total = obs.gpu_memory_utilization, obs.total_bytes
+    req, free = obs.requested_bytes, obs.free_at_start_bytes
+    if gmu is None or total is None or req is None or free is None:
+        return
+    if abs(req - gmu * total) > 2 * RESOLUTION + 1:
+        yield Disagreement(
+            f"{who} requested memory R", _g(req), f"GMU {gmu} x T {_g(total)} = {_g(gmu * total)}"
+        )
+    used = [obs.weights_bytes, obs.peak_activation_bytes, obs.non_torch_bytes, obs.cudagraph_bytes]
+    if None not in used:
+        non_kv = sum(int(u or 0) for u in used)
+        for name, exact, base, base_name in (
+            ("--kv-cache-memory-bytes to fit into requested memory", obs.kv_bytes_to_requested, req, "R"),
+            ("--kv-cache-memory-bytes to fully use the GPU", obs.kv_bytes_to_gpu, free, "F0"),
+        ):
+            if exact is None:
+                continue
+            want = base - non_kv - VLLM_BUFFER
+            if abs(exact - want) > SUM_TOLERANCE:
+                yield Disagreement(
+                    f"{who} {name}",
+                    f"{exact:,}",
+                    f"{base_name} {_g(base)} - (W + P + N + G) {_g(non_kv)} - vLLM's 150 MiB = {want:,} "
+                    "(vLLM computes one from the other)",
+                )
+    for name, exact, printed in (
+        (
+            "--kv-cache-memory-bytes to fit into requested memory",
+            obs.kv_bytes_to_requested,
+            obs.kv_bytes_to_requested_printed,
+        ),
+        ("--kv-cache-memory-bytes to fully use the GPU", obs.kv_bytes_to_gpu, obs.kv_bytes_to_gpu_printed),
+    ):
+        if exact is not None and printed is not None and abs(exact - printed) > RESOLUTION + 1:
+            yield Disagreement(f"{who} {name}", f"{exact:,}", f"the {_g(printed)} vLLM printed beside it")
+
+
+def _kv_tokens(boot: BootLog, config: DeploymentConfig) -> Iterator[Disagreement]:
+    """The engine's token count against the logged KV memory, at the configuration's bytes per token."""
+    from glmlaunch.ledger.kv_cache import geometry
+
+    tokens = boot.engine.kv_cache_tokens
+    kv = next((r.kv_available_bytes for r in boot.ranks if r.kv_available_bytes is not None), None)
+    if tokens is None or kv is None or config.memory.num_gpu_blocks_override is not None:
+        return  # a pinned pool holds the pin's blocks whatever memory was measured
+    geo = geometry(config)
+    if geo.origin != "exact" or geo.bytes_per_token <= 0:
+        return
+    dcp = max(1, config.parallel.dcp)
+    held = tokens / dcp * geo.bytes_per_token
+    slack = max(RESOLUTION + 2 * KV_BLOCK * geo.bytes_per_token, KV_TOKEN_SHARE * kv)
+    if abs(held - kv) > slack:
+        yield Disagreement(
+            "the engine's GPU KV cache size",
+            f"{tokens:,} tokens",
+            f"the logged KV memory {_g(kv)}: at {geo.bytes_per_token:,} B/token/rank and DCP {dcp} of the "
+            f"record's configuration those tokens take {_g(held)} per rank",
+        )
+
+
+def _against_config(boot: BootLog, config: DeploymentConfig) -> Iterator[Disagreement]:
+    gmu = config.memory.gpu_memory_utilization
+    pinned_kv = config.memory.kv_cache_memory_bytes
+    for obs in boot.ranks:
+        logged = obs.gpu_memory_utilization
+        if logged is not None and pinned_kv is None and abs(logged - gmu) > 5e-4:
+            yield Disagreement(
+                f"{obs.rank}'s GPU memory utilization",
+                f"{logged}",
+                f"memory.gpu_memory_utilization {gmu} of the configuration the record is keyed on",
+            )
+            break
+    kv = next((r.kv_available_bytes for r in boot.ranks if r.kv_available_bytes is not None), None)
+    if pinned_kv is not None and kv is not None and abs(kv - int(pinned_kv)) > RESOLUTION + 1:
+        yield Disagreement(
+            "the available KV cache memory",
+            _g(kv),
+            f"memory.kv_cache_memory_bytes {int(pinned_kv):,} of the configuration the record is keyed on",
+        )
+
+
+def _event(event: RuntimeEvent, capacity: tuple[int, str] | None) -> Iterator[Disagreement]:
+    what = f"the {'OOM' if event.kind == 'oom' else 'free-memory reading'} {event.line[:80]!r}:"
+    total = event.total_bytes
+    if total is not None and total <= 0:
+        yield Disagreement(f"{what} total capacity", _g(total), "any GPU (a total of 0 B or less)")
+        return
+    if total is not None and event.free_bytes > total:
+        yield Disagreement(f"{what} free memory", _g(event.free_bytes), f"its total capacity {_g(total)}")
+    bound = total if total is not None else (capacity[0] if capacity is not None else None)
+    if event.tried_bytes is not None and bound is not None and event.tried_bytes > bound:
+        yield Disagreement(
+            f"{what} allocation", _g(event.tried_bytes), f"a GPU of {_g(bound)}: larger than the GPU"
+        )
+    if capacity is not None:
+        for name, value in (("total capacity", total), ("free memory", event.free_bytes)):
+            if value is not None and value > capacity[0] + RESOLUTION:
+                yield Disagreement(f"{what} {name}", _g(value), f"{capacity[1]}: larger than the GPU")
+
+
+def boot_disagreements(
+    boot: BootLog, config: DeploymentConfig | None, *, exact_total: int | None = None
+) -> list[Disagreement]:
+    """Every rule of this module the parsed ``boot`` breaks, keyed on ``config`` (None: the log's figures
+    only), in the order a reader checks them: physics, the free-memory line, the KV cache, the
+    configuration."""
+    capacity = gpu_capacity(boot, config, exact_total)
+    out: list[Disagreement] = []
+    for obs in boot.ranks:
+        out += _rank_physics(obs, capacity)
+        out += _free_line(obs)
+    for event in boot.runtime_events:
+        out += _event(event, capacity)
+    if config is not None:
+        out += _kv_tokens(boot, config)
+        out += _against_config(boot, config)
+    return out
+
+
+def record_disagreements(record: Calibration) -> list[Disagreement]:
+    """:func:`boot_disagreements` of a record: its log, keyed on its configuration and the total it
+    agreed on."""
+    from glmlaunch.calibrate.learn import record_config
+
+    exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
+    return boot_disagreements(
+        record.boot, record_config(record), exact_total=exact if record.total_bytes_exact else None
+    )
+
+
+def launch_disagreements(launched: DeploymentConfig, boot: BootLog) -> list[Disagreement]:
+    """Every memory setting the log's own configuration shows (vLLM's args, the launcher's header) that is
+    not what glmlaunch launched. Settings the log does not show are not compared: whatever base fills
+    them in is a guess, not the log."""
+    from glmlaunch.calibrate.bootconfig import boot_settings
+    from glmlaunch.calibrate.fingerprint import memory_settings
+    from glmlaunch.calibrate.learn import config_from_settings
+    from glmlaunch.errors import GlmlaunchError
+
+    shown = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
+    if not shown:
+        return []
+    try:
+        logged = memory_settings(config_from_settings(shown))
+    except GlmlaunchError:
+        return []  # the caller notes that the log's configuration does not resolve
+    mine = memory_settings(launched)
+    return [
+        Disagreement(f"the log's {key}", repr(logged.get(key)), f"the launched {key} {mine.get(key)!r}")
+        for key in sorted(set(shown) & set(mine))
+        if not key.startswith("env.") and logged.get(key) != mine.get(key)
+    ]
+
+
+def refuse_evidence(why: str, path: Path | str, count: int = 1) -> EvidenceError:
+    """The error a log whose figures are no evidence is refused with: the first disagreement, named."""
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return EvidenceError(
+        f"the log's figures are no evidence: {why}{more}",
+        key="LOG",
+        value=short(path, 200),
+        hint="ingest the server log of one boot as vLLM wrote it; nothing was stored",
+    )
