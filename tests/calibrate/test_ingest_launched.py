@@ -34,17 +34,30 @@ MEASURED = ("boot", "ranks", "total_bytes_exact", "kind", "schema_version")
 def test_the_record_measures_what_ingest_measures_and_is_keyed_on_the_launch(tmp_path: Path) -> None:
     name, config = _imported(tmp_path)
     launched = ingest_launched(
-        LOG, launched=config, profile=name, inventory=None, store=None,  # type: ignore[arg-type]
-        supervised=SupervisedBoot(boot_id="b1", outcome="running"), versions=VERSIONS,
+        LOG,
+        launched=config,
+        profile=name,
+        inventory=None,
+        store=None,  # type: ignore[arg-type]
+        supervised=SupervisedBoot(boot_id="b1", outcome="running"),
+        versions=VERSIONS,
     ).record
     [ingested] = ingest_logs(
-        [LOG], config=config, profile=name, inventory=None, store=None, versions=VERSIONS  # type: ignore[arg-type]
+        [LOG],
+        config=config,
+        profile=name,
+        inventory=None,
+        store=None,
+        versions=VERSIONS,  # type: ignore[arg-type]
     )
     mine, theirs = launched.model_dump(mode="json"), ingested.record.model_dump(mode="json")
     assert {k: mine[k] for k in MEASURED} == {k: theirs[k] for k in MEASURED}
     # keyed on the launch (the imported profile also passes the launcher's environment through: env.*)
     assert launched.fingerprint == make_fingerprint(
-        config, None, vllm_version=launched.boot.engine.vllm_version, versions=VERSIONS  # type: ignore[arg-type]
+        config,
+        None,
+        vllm_version=launched.boot.engine.vllm_version,
+        versions=VERSIONS,  # type: ignore[arg-type]
     )
     assert launched.config == config.model_dump(mode="json")  # type: ignore[attr-defined]
     assert launched.profile == name and launched.supervised == SupervisedBoot(boot_id="b1", outcome="running")
@@ -93,8 +106,13 @@ def test_one_boot_with_two_records_counts_once_and_the_supervised_one_stands(tmp
     name, config = _imported(tmp_path)
     store = Store(tmp_path / "calibration")
     supervised = ingest_launched(
-        LOG, launched=config, profile=name, inventory=None, store=store,  # type: ignore[arg-type]
-        supervised=SupervisedBoot(boot_id="b3", outcome="served"), versions=VERSIONS,
+        LOG,
+        launched=config,
+        profile=name,
+        inventory=None,
+        store=store,  # type: ignore[arg-type]
+        supervised=SupervisedBoot(boot_id="b3", outcome="served"),
+        versions=VERSIONS,
     ).record
     [plain] = ingest_logs([LOG], config=None, profile=None, inventory=None, store=store, versions=VERSIONS)
     assert plain.record.record_id != supervised.record_id
