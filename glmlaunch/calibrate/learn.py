@@ -28,8 +28,22 @@ if TYPE_CHECKING:
 BASE_PROFILE = "r12-exl3"
 
 
+#: the settings a rig shape is made of (:func:`group_key`), as dotted keys
+GROUP_SETTINGS: tuple[str, ...] = ("hardware.gpu_model", "stack", "runner", "parallel.tp", "parallel.dcp")
+
+
 def group_key(cfg: DeploymentConfig) -> tuple[object, ...]:
     return (cfg.hardware.gpu_model, cfg.stack, cfg.runner, cfg.parallel.tp, cfg.parallel.dcp)
+
+
+def keyed_shape(settings: dict[str, Any]) -> dict[str, object]:
+    """The rig shape (:data:`GROUP_SETTINGS`) a record of a log showing ``settings`` is keyed on: what the
+    log shows, the rest from the base profile ``calibrate ingest`` keys such a record on. A profile made
+    from the same log states these, so the record of its log applies to it."""
+    from glmlaunch.config import paths
+
+    dumped = config_from_settings(settings).model_dump(mode="json")
+    return {key: paths.get(dumped, key) for key in GROUP_SETTINGS}
 
 
 def describe_group(cfg: DeploymentConfig) -> str:

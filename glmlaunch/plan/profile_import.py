@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel
 
 from glmlaunch.calibrate.bootconfig import map_boot
+from glmlaunch.calibrate.learn import keyed_shape
 from glmlaunch.config import paths
 from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
 from glmlaunch.config.profiles import PROFILE_SUFFIXES, list_profiles
@@ -139,6 +140,10 @@ def build_profile(
     bc, sha256 = read_boot_config(log)
     mapped = map_boot(bc)
     settings = {k: v for k, v in mapped.settings.items() if has_setting(k)}
+    # The rig shape the record of this log is keyed on (calibrate ingest), stated whether or not the log
+    # shows it: a log that names no release (a `dev` build) must not take the closest base's library
+    # generation, or the record of the very log it came from would not apply to it.
+    settings = {**keyed_shape(dict(mapped.settings)), **settings}
     held_back = {k: v for k, v in mapped.settings.items() if not has_setting(k)}
 
     passthrough: dict[str, str] = {}

@@ -183,6 +183,7 @@ def test_the_reproducer_the_forged_log_no_longer_turns_the_plan(
     assert run_cli("calibrate", "ingest", str(BASELINE), env=clean_env).returncode == 0
     code, before = _plan(clean_env, profile)
     assert code == 4 and before["verdict"]["status"] == "runtime-oom"  # type: ignore[index]
+    assert before["verdict"]["confidence"] == "confirmed"  # type: ignore[index]
     forged = tmp_path / "forged.log"
     forged.write_text(_forge_issue(baseline), encoding="utf-8")
     done = run_cli("calibrate", "ingest", str(forged), env=clean_env)
