@@ -27,9 +27,11 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.ledger.inputs import UNCALIBRATED, LedgerInputs
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from glmlaunch.calibrate.model import TermModel
     from glmlaunch.calibrate.records import Calibration
-    from glmlaunch.calibrate.store import Store
+    from glmlaunch.calibrate.store import Loaded, Store
     from glmlaunch.ledger.budget import Budget
     from glmlaunch.ledger.model import Ledger
     from glmlaunch.vllmlog.events import RuntimeEvent
@@ -124,16 +126,22 @@ def calibration_for(config: DeploymentConfig, *, store: Store | None = None) -> 
     Records of other knobs apply (that is what the model transfers); records of another rig shape are
     skipped with the reason. ``make_plan`` calls it, then applies the runtime evidence it returns.
     """
-    from glmlaunch.calibrate.learn import describe_group, learn
     from glmlaunch.calibrate.store import Store as _Store
 
     st = store or _Store.default()
-    loaded = st.load()
+    return calibration_from(config, st.load(), st.root)
+
+
+def calibration_from(config: DeploymentConfig, loaded: Loaded, root: Path) -> CalibrationUse:
+    """:func:`calibration_for` over records already read (``root``: where they were read from, named in
+    the message): what a plan would use with just these records (``plan``'s moved-by figures)."""
+    from glmlaunch.calibrate.learn import describe_group, learn
+
     learned = learn(config, loaded.records)
     skipped = tuple(learned.skipped)
     if learned.model is None:
         if not loaded.records:
-            headline = message = f"no calibration records in {st.root}; using defaults"
+            headline = message = f"no calibration records in {root}; using defaults"
         else:
             headline = message = f"no calibration record applies ({describe_group(config)}); using defaults"
             if learned.skipped:

@@ -12,7 +12,8 @@ import difflib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +27,9 @@ from glmlaunch.ledger.constants import StackConstants, for_stack
 from glmlaunch.ledger.model import PHASES, Entry, Ledger, RuntimeDemand
 from glmlaunch.ledger.verdict import Verdict
 from glmlaunch.plan.plan import Plan, checkpoint_for, make_plan
+
+if TYPE_CHECKING:
+    from glmlaunch.plan.moved import Moved
 
 SCHEMA_VERSION = 1
 
@@ -56,6 +60,13 @@ class ProfilePlan:
     def verdict(self) -> Verdict:
         """The one verdict (status, blockers, confidence) every output of this plan renders."""
         return self.plan.verdict
+
+    @cached_property
+    def moved_by(self) -> tuple[tuple[Moved, ...], int]:
+        """The records that moved this plan and by how much, and how many more were not attributed."""
+        from glmlaunch.plan.moved import moved_by
+
+        return moved_by(self.plan)
 
     @property
     def calibration_message(self) -> str:
@@ -407,6 +418,19 @@ class SettingsDoc(_Doc):
     dma_wire_mode: str
 
 
+class MovedDoc(_Doc):
+    record_id: str
+    source: str = Field(description="the boot log the record came from")
+    terms: dict[str, int] = Field(
+        description="bytes per term it moved (u_pre, w, p, n, g_e; runtime: the proven runtime demand)"
+    )
+    margin_bytes: int
+    runtime_margin_bytes: int
+    kv_tokens: int
+    status_without: str = Field(description="the verdict's status without this record")
+    confidence_without: str = Field(description="the verdict's confidence without this record")
+
+
 class PlanDoc(_Doc):
     schema_version: int
     tool: str
@@ -425,6 +449,12 @@ class PlanDoc(_Doc):
     # Added in version 1 (compatible).
     calibration: str = Field(
         "", description="which calibration the figures use: the records applied, or the rig defaults, or none"
+    )
+    # Added in version 1 (compatible).
+    moved_by: list[MovedDoc] = Field(
+        default_factory=lambda: [],
+        description="the calibration records that moved this plan: each one's share, the plan with it less "
+        "the plan without it (newest first; those that changed nothing are not listed)",
     )
     budget: BudgetDoc
     verdict: VerdictDoc
@@ -566,6 +596,7 @@ def plan_document(result: ProfilePlan) -> PlanDoc:
         notes=list(ledger.notes),
         runtime_demand=runtime_doc(ledger.runtime),
         calibration=result.calibration_message,
+        moved_by=[MovedDoc.model_validate(m.doc()) for m in result.moved_by[0]],
         budget=budget_doc(budget),
         verdict=VerdictDoc.model_validate(result.verdict.to_json()),
         warnings=list(result.plan.warnings),

@@ -407,6 +407,11 @@ def render_plan(
         out_console.print(Text(f"constants: {ledger.constants_source}", style="dim"))
         if result.calibration_message:
             out_console.print(Text(f"calibration: {result.calibration_message}", style="dim"))
+        moved, unattributed = result.moved_by
+        for m in moved:
+            out_console.print(Text(m.line(result.verdict.status, result.verdict.confidence), style="dim"))
+        if unattributed:
+            out_console.print(Text(f"moved by {unattributed} more record(s), not attributed", style="dim"))
         for head, members in memmap.rank_groups(ledger.ranks):
             out_console.print(ledger_table(head, members, width))
         if ledger.latent:

@@ -61,6 +61,7 @@ def test_schema_is_stable() -> None:
         "notes",
         "runtime_demand",
         "calibration",
+        "moved_by",  # added in version 1 (compatible): the records that moved the plan
         "budget",
         "verdict",
         "load_time",  # added in version 1 (compatible), present only where loading holds more than W
