@@ -230,38 +230,28 @@ def boot_disagreements(
     return out
 
 
-def record_disagreements(record: Calibration) -> list[Disagreement]:
-    """:func:`boot_disagreements` of a record: its log, keyed on its configuration and the total it
-    agreed on."""
-    from glmlaunch.calibrate.learn import record_config
-
+def record_disagreements(record: Calibration, config: DeploymentConfig | None) -> list[Disagreement]:
+    """:func:`boot_disagreements` of a record: its log, keyed on ``config`` (the record's own,
+    ``learn.record_config``) and the total it agreed on."""
     exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
-    return boot_disagreements(
-        record.boot, record_config(record), exact_total=exact if record.total_bytes_exact else None
-    )
+    return boot_disagreements(record.boot, config, exact_total=exact if record.total_bytes_exact else None)
 
 
-def launch_disagreements(launched: DeploymentConfig, boot: BootLog) -> list[Disagreement]:
-    """Every memory setting the log's own configuration shows (vLLM's args, the launcher's header) that is
-    not what glmlaunch launched. Settings the log does not show are not compared: whatever base fills
-    them in is a guess, not the log."""
+def launch_disagreements(
+    launched: DeploymentConfig, boot: BootLog, logged: DeploymentConfig
+) -> list[Disagreement]:
+    """Every memory setting the log's own configuration shows (vLLM's args, the launcher's header; resolved
+    as ``logged``) that is not what glmlaunch launched. Settings the log does not show are not compared:
+    whatever base fills them in is a guess, not the log."""
     from glmlaunch.calibrate.bootconfig import boot_settings
     from glmlaunch.calibrate.fingerprint import memory_settings
-    from glmlaunch.calibrate.learn import config_from_settings
-    from glmlaunch.errors import GlmlaunchError
 
     shown = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
-    if not shown:
-        return []
-    try:
-        logged = memory_settings(config_from_settings(shown))
-    except GlmlaunchError:
-        return []  # the caller notes that the log's configuration does not resolve
-    mine = memory_settings(launched)
+    theirs, mine = memory_settings(logged), memory_settings(launched)
     return [
-        Disagreement(f"the log's {key}", repr(logged.get(key)), f"the launched {key} {mine.get(key)!r}")
+        Disagreement(f"the log's {key}", repr(theirs.get(key)), f"the launched {key} {mine.get(key)!r}")
         for key in sorted(set(shown) & set(mine))
-        if not key.startswith("env.") and logged.get(key) != mine.get(key)
+        if not key.startswith("env.") and theirs.get(key) != mine.get(key)
     ]
 
 

@@ -214,7 +214,7 @@ def ingest_launched(
         notes.append(f"keyed on the launch: {why or 'the log shows no configuration of its own'}")
     # A boot whose log shows another configuration than the launch (a stand-in vLLM printing any log) is
     # no evidence of the launch: it is kept, never learned from.
-    refused = launch_disagreements(launched, boot) if logged is not None else []
+    refused = launch_disagreements(launched, boot, logged) if logged is not None else []
     fingerprint = make_fingerprint(
         launched, inventory, vllm_version=boot.engine.vllm_version, versions=versions
     )

@@ -148,14 +148,14 @@ def _one_per_boot(records: Iterable[Calibration]) -> list[tuple[Calibration, str
     ]
 
 
-def evidence_refused(record: Calibration) -> str | None:
-    """Why a record's log is no evidence: what the record says, else the first rule its figures break (a
-    record an earlier glmlaunch stored unchecked); None when it is evidence."""
+def evidence_refused(record: Calibration, config: DeploymentConfig | None) -> str | None:
+    """Why a record's log is no evidence: what the record says, else the first rule its figures break keyed
+    on ``config`` (its own: a record an earlier glmlaunch stored unchecked); None when it is evidence."""
     if record.evidence_refused is not None:
         return record.evidence_refused
     from glmlaunch.calibrate.evidence import record_disagreements
 
-    refused = record_disagreements(record)
+    refused = record_disagreements(record, config)
     return refused[0].text() if refused else None
 
 
@@ -184,7 +184,7 @@ def learn(config: DeploymentConfig, records: Iterable[Calibration]) -> Learned:
         if cfg is None:
             skipped.append(f"{rec.record_id}: its boot configuration is not valid here")
             continue
-        refused = evidence_refused(rec)
+        refused = evidence_refused(rec, cfg)
         if refused is not None:
             skipped.append(f"{rec.record_id}: its log is no evidence: {refused}")
             continue

@@ -203,8 +203,9 @@ def check_record_evidence(record: Calibration) -> None:
     if record.evidence_refused is not None:
         return
     from glmlaunch.calibrate.evidence import record_disagreements, refuse_evidence
+    from glmlaunch.calibrate.learn import record_config
 
-    refused = record_disagreements(record)
+    refused = record_disagreements(record, record_config(record))
     if refused:
         raise refuse_evidence(refused[0].text(), record.boot.source, len(refused))
 

@@ -15,6 +15,7 @@ from conftest import FIXTURES, run_cli
 
 from glmlaunch.calibrate.evidence import boot_disagreements, record_disagreements
 from glmlaunch.calibrate.ingest import ingest_logs
+from glmlaunch.calibrate.learn import record_config
 from glmlaunch.calibrate.store import Store
 from glmlaunch.errors import EvidenceError
 from glmlaunch.vllmlog.boot import parse_log_text
@@ -99,7 +100,7 @@ def test_every_real_boot_log_is_evidence(path: Path, tmp_path: Path) -> None:
     [item] = ingest_logs(
         [path], config=None, profile=None, inventory=None, store=Store(tmp_path), versions=VERSIONS
     )
-    assert record_disagreements(item.record) == []
+    assert record_disagreements(item.record, record_config(item.record)) == []
     assert item.record.evidence_refused is None
 
 
@@ -138,7 +139,7 @@ def test_the_store_refuses_to_write_a_forged_record(baseline: str, tmp_path: Pat
     # a record that says it is no evidence is kept (a supervised boot): stored, and learning skips it
     kept = forged.model_copy(update={"evidence_refused": "forged"})
     store.save(kept)
-    from glmlaunch.calibrate.learn import learn, record_config
+    from glmlaunch.calibrate.learn import learn
 
     config = record_config(kept)
     assert config is not None
@@ -149,7 +150,7 @@ def test_the_store_refuses_to_write_a_forged_record(baseline: str, tmp_path: Pat
 
 def test_a_record_stored_unchecked_is_not_learned_from(baseline: str, tmp_path: Path) -> None:
     """A forged record an earlier glmlaunch stored (written here by hand, as it would have written it)."""
-    from glmlaunch.calibrate.learn import learn, record_config
+    from glmlaunch.calibrate.learn import learn
 
     real = tmp_path / "real.log"
     real.write_text(baseline, encoding="utf-8")
