@@ -87,7 +87,9 @@ class Calibration(BaseModel):
         # every reader pairs the log's ranks with their derived terms: a file that breaks the pairing
         # (edited by hand, cut short) is refused as a whole, never read half-way
         if len(self.ranks) != len(self.boot.ranks):
-            raise ValueError(f"{len(self.ranks)} derived term sets for {len(self.boot.ranks)} logged ranks")
+            raise ValueError(
+                f"{len(self.ranks)} derived term sets for {len(self.boot.ranks)} logged ranks"
+            )
         return self
 
     @property

@@ -77,16 +77,7 @@ def test_a_base_path_cannot_inject_yaml_either(tmp_path: Path, clean_env: dict[s
 def _overlay(tmp_path: Path, env: dict[str, str], *extra: str) -> str:
     out = tmp_path / "overlay.yaml"
     done = run_cli(
-        "calibrate",
-        "search",
-        "-p",
-        "r12-exl3",
-        "--objective",
-        "max-gmu",
-        "-o",
-        str(out),
-        "--force",
-        *extra,
+        "calibrate", "search", "-p", "r12-exl3", "--objective", "max-gmu", "-o", str(out), "--force", *extra,
         env=env,
     )
     assert done.returncode == 0, done.stderr
