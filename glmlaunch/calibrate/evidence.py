@@ -255,12 +255,18 @@ def launch_disagreements(
     ]
 
 
-def refuse_evidence(why: str, path: Path | str, count: int = 1) -> EvidenceError:
-    """The error a log whose figures are no evidence is refused with: the first disagreement, named."""
+def refuse_evidence(
+    why: str, path: Path | str, count: int = 1, *, profile: str | None = None
+) -> EvidenceError:
+    """The error a log whose figures are no evidence is refused with: the first disagreement, named.
+    ``profile``: the ``-p`` profile the record was keyed on, where the log shows no configuration."""
     more = f" (and {count - 1} more)" if count > 1 else ""
+    hint = "ingest the server log of one boot as vLLM wrote it; nothing was stored"
+    if profile is not None:
+        hint = (
+            f"the log shows no configuration and was keyed on -p {profile}: give the profile it booted with; "
+            "nothing was stored"
+        )
     return EvidenceError(
-        f"the log's figures are no evidence: {why}{more}",
-        key="LOG",
-        value=short(path, 200),
-        hint="ingest the server log of one boot as vLLM wrote it; nothing was stored",
+        f"the log's figures are no evidence: {why}{more}", key="LOG", value=short(path, 200), hint=hint
     )

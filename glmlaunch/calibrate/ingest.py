@@ -178,7 +178,9 @@ def _record_from_log(
     exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
     refused = boot_disagreements(boot, boot_cfg, exact_total=exact if record.total_bytes_exact else None)
     if refused:
-        raise refuse_evidence(refused[0].text(), path, len(refused))
+        raise refuse_evidence(
+            refused[0].text(), path, len(refused), profile=(profile or "default") if logged is None else None
+        )
     return record
 
 
