@@ -118,6 +118,9 @@ class CalibrationUse:
     #: what this configuration's serve logs proved after ready: the plan raises its demand by it
     #: (:func:`raise_by_evidence`), since the floor is read against the plan's own margin
     evidence: Evidence = ()
+    #: the records read, and the labels (``<id[:12]> <log name>``) of those the term model was fitted on
+    records: tuple[Calibration, ...] = ()
+    used: tuple[str, ...] = ()
 
 
 def calibration_for(config: DeploymentConfig, *, store: Store | None = None) -> CalibrationUse:
@@ -175,7 +178,9 @@ def calibration_from(config: DeploymentConfig, loaded: Loaded, root: Path) -> Ca
         covering_records=covering_records(config, applied),
     )
     evidence = runtime_evidence(config, loaded.records)
-    return CalibrationUse(cal, message, record, loaded.warnings, headline, skipped, evidence)
+    return CalibrationUse(
+        cal, message, record, loaded.warnings, headline, skipped, evidence, loaded.records, learned.used
+    )
 
 
 #: what each modelled term depends on besides the rig shape: a record covers a term for a configuration

@@ -96,17 +96,17 @@ def _terms(plan: Plan) -> dict[str, int]:
 
 def moved_by(plan: Plan, *, store: Store | None = None) -> tuple[tuple[Moved, ...], int]:
     """The records that moved ``plan`` (newest first), and how many more applied than were attributed."""
-    from glmlaunch.calibrate.learn import learn
     from glmlaunch.calibrate.store import Loaded
     from glmlaunch.calibrate.store import Store as _Store
     from glmlaunch.plan.plan import make_plan
 
     use = plan.calibration
-    if use is None or use.record is None:
+    if use is None or not (use.used or use.evidence):
         return (), 0
     st = store or _Store.default()
-    loaded = st.load()
-    used = {label[:12] for label in learn(plan.config, loaded.records).used}
+    # the records the plan was fitted on, as it read them (a store given here is read again)
+    loaded = Loaded(use.records, use.warnings) if store is None and use.records else st.load()
+    used = {label[:12] for label in use.used}
     evidence = {r.record_id for r, _ in use.evidence}
     applied: list[Calibration] = [
         r for r in loaded.records if r.record_id[:12] in used or r.record_id in evidence
