@@ -32,6 +32,7 @@ from glmlaunch.vllmlog.events import (
     WEIGHTS_LOADED,
     RuntimeEvent,
     exception_of,
+    exception_statement,
     is_ready_line,
     may_hold_runtime_event,
     runtime_event,
@@ -642,6 +643,11 @@ _GATE_RE = re.compile(
 
 
 def _refusal(message: str) -> Refusal | None:
+    if not (KV_REFUSAL_LEAD in message or _NO_KV_LEAD in message or _GATE_LEAD in message):
+        return None
+    if exception_statement(message) is None:
+        # vLLM refuses with an exception (``ValueError: …``); the words in another message are text
+        return None
     if KV_REFUSAL_LEAD in message:
         needed = re.search(rf"\(?{NUM} ?GiB KV cache is needed", message)
         avail = re.search(rf"available KV cache memory \({NUM} ?GiB\)", message)

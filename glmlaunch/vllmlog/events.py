@@ -142,10 +142,26 @@ FAILURE_LEAD_RE = re.compile(
 )
 
 
+def exception_statement(text: str) -> str | None:
+    """A message's statement (:func:`statement`) where it opens with a Python exception line
+    (``ValueError: …``, as a traceback ends or vLLM's logger repeats it), else None."""
+    said = statement(text)
+    return said if EXCEPTION_RE.match(said) else None
+
+
 def exception_of(text: str) -> str | None:
-    """``Name: message`` of the first exception ``text`` states, or None."""
-    m = EXCEPTION_RE.search(text)
-    return f"{m.group(1)}: {m.group(2).strip()}" if m else None
+    """``Name: message`` of the first exception a line states where a traceback or vLLM's logger states
+    one (the opening of a message, after its process tag and logger header), or None; the same words
+    inside a message (a prompt the request logger echoes) are no exception."""
+    if not may_state_exception(text):
+        return None
+    for msg in iter_messages(text):
+        said = exception_statement(msg.text)
+        if said is not None:
+            m = EXCEPTION_RE.match(said)
+            assert m is not None
+            return f"{m.group(1)}: {m.group(2).strip()}"
+    return None
 
 
 def is_oom_line(text: str) -> bool:

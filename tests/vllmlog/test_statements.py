@@ -102,3 +102,28 @@ def test_an_echoed_prompt_is_never_ingested_as_an_oom(clean_env: dict[str, str],
     after = json.loads(run_cli("plan", "-p", str(profile), "--json", env=clean_env).stdout)
     assert after["budget"]["runtime_demand_bytes"] < 2 << 30
     assert after["budget"]["runtime_demand_bytes"] <= before["budget"]["runtime_demand_bytes"] * 2
+
+
+REFUSAL = (
+    "ValueError: To serve at least one request with the model's max seq len (131072), (0.98 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (0.82 GiB). Based on the available memory, "
+    "the estimated maximum model length is 110000."
+)
+
+
+def test_an_exception_or_a_refusal_inside_a_message_is_none_and_opening_one_is() -> None:
+    echo = PROMPT_ECHO.replace(PYTORCH, REFUSAL)
+    assert events.exception_of(echo) is None
+    assert (
+        events.exception_of("(EngineCore_DP0 pid=1) ERROR 07-31 05:55:42 [core.py:1359] " + REFUSAL)
+        == REFUSAL
+    )
+    assert events.exception_of(REFUSAL) == REFUSAL  # the parent's unprefixed echo of the traceback
+    text = BOOT.read_text(encoding="utf-8")
+    served = parse_log_text(text + READY + "\n" + echo + "\n")
+    # a prompt quoting vLLM's refusal neither refuses the boot nor is its failure
+    assert not served.refused and served.failure is None and served.complete
+    refused = parse_log_text(
+        text + "(EngineCore_DP0 pid=1) ERROR 07-31 05:55:42 [core.py:1359] " + REFUSAL + "\n"
+    )
+    assert refused.refused
