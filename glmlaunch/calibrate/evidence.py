@@ -171,10 +171,21 @@ def _kv_tokens(boot: BootLog, config: DeploymentConfig) -> Iterator[Disagreement
         )
 
 
-def _against_config(boot: BootLog, config: DeploymentConfig) -> Iterator[Disagreement]:
+def gmu_shown(boot: BootLog) -> bool:
+    """Whether the log's own configuration states the GMU (vLLM's args, the launcher's table): where it
+    does not, the configuration took the fork's default, and the free-memory line is what vLLM ran."""
+    from glmlaunch.calibrate.bootconfig import map_boot
+
+    if boot.boot_config is None:
+        return False
+    source = map_boot(boot.boot_config).sources.get("memory.gpu_memory_utilization")
+    return source is not None and not source.startswith("vLLM default")
+
+
+def _against_config(boot: BootLog, config: DeploymentConfig, gmu_keyed: bool) -> Iterator[Disagreement]:
     gmu = config.memory.gpu_memory_utilization
     pinned_kv = config.memory.kv_cache_memory_bytes
-    for obs in boot.ranks:
+    for obs in boot.ranks if gmu_keyed else ():
         logged = obs.gpu_memory_utilization
         if logged is not None and pinned_kv is None and abs(logged - gmu) > 5e-4:
             yield Disagreement(
@@ -212,11 +223,16 @@ def _event(event: RuntimeEvent, capacity: tuple[int, str] | None) -> Iterator[Di
 
 
 def boot_disagreements(
-    boot: BootLog, config: DeploymentConfig | None, *, exact_total: int | None = None
+    boot: BootLog,
+    config: DeploymentConfig | None,
+    *,
+    exact_total: int | None = None,
+    gmu_keyed: bool = True,
 ) -> list[Disagreement]:
     """Every rule of this module the parsed ``boot`` breaks, keyed on ``config`` (None: the log's figures
     only), in the order a reader checks them: physics, the free-memory line, the KV cache, the
-    configuration."""
+    configuration. ``gmu_keyed``: whether the configuration's GMU is a claim to hold the log to (the
+    launch's, a ``-p`` profile's, the log's own where it states one), not a default filled in."""
     capacity = gpu_capacity(boot, config, exact_total)
     out: list[Disagreement] = []
     for obs in boot.ranks:
@@ -226,7 +242,7 @@ def boot_disagreements(
         out += _event(event, capacity)
     if config is not None:
         out += _kv_tokens(boot, config)
-        out += _against_config(boot, config)
+        out += _against_config(boot, config, gmu_keyed)
     return out
 
 
@@ -234,7 +250,12 @@ def record_disagreements(record: Calibration, config: DeploymentConfig | None) -
     """:func:`boot_disagreements` of a record: its log, keyed on ``config`` (the record's own,
     ``learn.record_config``) and the total it agreed on."""
     exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
-    return boot_disagreements(record.boot, config, exact_total=exact if record.total_bytes_exact else None)
+    return boot_disagreements(
+        record.boot,
+        config,
+        exact_total=exact if record.total_bytes_exact else None,
+        gmu_keyed=record.supervised is not None or gmu_shown(record.boot),
+    )
 
 
 def launch_disagreements(

@@ -196,3 +196,43 @@ def test_the_reproducer_the_forged_log_no_longer_turns_the_plan(
     assert re.search(r"disagrees with the 8\.30 GiB vLLM printed beside it", last)
     code, after = _plan(clean_env, profile)
     assert code == 4 and after["verdict"] == before["verdict"]
+
+
+def _at_gmu_090(text: str) -> str:
+    """The boot's free-memory line as vLLM would have written it at GMU 0.9 (R and the suggestion to fit
+    into it recomputed): consistent in itself."""
+    mib = 1 << 20
+    requested = round(85.51 * GIB)
+    kv = requested - round(85.19 * GIB) - 150 * mib
+    return text.replace(
+        "Desired GPU memory utilization is (0.92, 87.41 GiB)",
+        "Desired GPU memory utilization is (0.9, 85.51 GiB)",
+    ).replace(
+        "--kv-cache-memory-bytes=2232367739` (2.08 GiB)",
+        f"--kv-cache-memory-bytes={kv}` ({kv / GIB:.2f} GiB)",
+    )
+
+
+def test_the_gmu_is_held_to_the_configuration_only_where_the_log_states_one(
+    baseline: str, tmp_path: Path
+) -> None:
+    # the launcher's table states GMU 0.92: a free-memory line of 0.9 disagrees with it
+    stated = tmp_path / "stated.log"
+    stated.write_text(_at_gmu_090(baseline), encoding="utf-8")
+    with pytest.raises(EvidenceError) as caught:
+        ingest_logs([stated], config=None, profile=None, inventory=None, store=None, versions=VERSIONS)
+    assert (
+        "GPU memory utilization 0.9 disagrees with memory.gpu_memory_utilization 0.92" in caught.value.message
+    )
+    # where nothing states it, the configuration's 0.92 is the fork's default, filled in: not a claim
+    unstated = tmp_path / "unstated.log"
+    unstated.write_text(
+        _at_gmu_090(baseline).replace(
+            "      GPU_MEMORY_UTILIZATION             = 0.92                         [env]\n", ""
+        ),
+        encoding="utf-8",
+    )
+    [item] = ingest_logs([unstated], config=None, profile=None, inventory=None, store=None, versions=VERSIONS)
+    assert item.record.evidence_refused is None
+    store = Store(tmp_path / "calibration")
+    store.save(item.record)  # what ingest accepts, the store writes
