@@ -171,21 +171,34 @@ def _kv_tokens(boot: BootLog, config: DeploymentConfig) -> Iterator[Disagreement
         )
 
 
-def gmu_shown(boot: BootLog) -> bool:
-    """Whether the log's own configuration states the GMU (vLLM's args, the launcher's table): where it
-    does not, the configuration took the fork's default, and the free-memory line is what vLLM ran."""
+def shown_settings(boot: BootLog) -> frozenset[str]:
+    """The settings the log's own configuration states (vLLM's args, the launcher's header, its runtime
+    lines): where it states none, the configuration took a default, which is no claim about the boot."""
     from glmlaunch.calibrate.bootconfig import map_boot
 
     if boot.boot_config is None:
+        return frozenset()
+    mapped = map_boot(boot.boot_config)
+    return frozenset(k for k, src in mapped.sources.items() if not src.startswith("vLLM default"))
+
+
+def _kv_record_claimed(config: DeploymentConfig, claimed: frozenset[str] | None) -> bool:
+    """Whether the settings the KV bytes per token rest on are claims (the model, MTP and DCP are in every
+    log's args): the KV dtype, and for NVFP4 its scale contract."""
+    if claimed is None:
+        return True
+    if "memory.kv_cache_dtype" not in claimed:
         return False
-    source = map_boot(boot.boot_config).sources.get("memory.gpu_memory_utilization")
-    return source is not None and not source.startswith("vLLM default")
+    return config.memory.kv_cache_dtype != "nvfp4_ds_mla" or "memory.kv_scale_mode" in claimed
 
 
-def _against_config(boot: BootLog, config: DeploymentConfig, gmu_keyed: bool) -> Iterator[Disagreement]:
+def _against_config(
+    boot: BootLog, config: DeploymentConfig, claimed: frozenset[str] | None
+) -> Iterator[Disagreement]:
     gmu = config.memory.gpu_memory_utilization
     pinned_kv = config.memory.kv_cache_memory_bytes
-    for obs in boot.ranks if gmu_keyed else ():
+    gmu_claimed = claimed is None or "memory.gpu_memory_utilization" in claimed
+    for obs in boot.ranks if gmu_claimed else ():
         logged = obs.gpu_memory_utilization
         if logged is not None and pinned_kv is None and abs(logged - gmu) > 5e-4:
             yield Disagreement(
@@ -227,12 +240,13 @@ def boot_disagreements(
     config: DeploymentConfig | None,
     *,
     exact_total: int | None = None,
-    gmu_keyed: bool = True,
+    claimed: frozenset[str] | None = None,
 ) -> list[Disagreement]:
     """Every rule of this module the parsed ``boot`` breaks, keyed on ``config`` (None: the log's figures
     only), in the order a reader checks them: physics, the free-memory line, the KV cache, the
-    configuration. ``gmu_keyed``: whether the configuration's GMU is a claim to hold the log to (the
-    launch's, a ``-p`` profile's, the log's own where it states one), not a default filled in."""
+    configuration. ``claimed``: the settings of ``config`` that are claims to hold the log to (None:
+    all, the launch's or a ``-p`` profile's; a configuration read from the log claims what the log states,
+    :func:`shown_settings`, not the defaults filled in around it)."""
     capacity = gpu_capacity(boot, config, exact_total)
     out: list[Disagreement] = []
     for obs in boot.ranks:
@@ -241,8 +255,9 @@ def boot_disagreements(
     for event in boot.runtime_events:
         out += _event(event, capacity)
     if config is not None:
-        out += _kv_tokens(boot, config)
-        out += _against_config(boot, config, gmu_keyed)
+        if _kv_record_claimed(config, claimed):
+            out += _kv_tokens(boot, config)
+        out += _against_config(boot, config, claimed)
     return out
 
 
@@ -254,7 +269,7 @@ def record_disagreements(record: Calibration, config: DeploymentConfig | None) -
         record.boot,
         config,
         exact_total=exact if record.total_bytes_exact else None,
-        gmu_keyed=record.supervised is not None or gmu_shown(record.boot),
+        claimed=None if record.supervised is not None else shown_settings(record.boot),
     )
 
 

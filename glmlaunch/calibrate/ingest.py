@@ -173,14 +173,14 @@ def _record_from_log(
         config=logged,
         extra_notes=notes,
     )
-    from glmlaunch.calibrate.evidence import boot_disagreements, gmu_shown, refuse_evidence
+    from glmlaunch.calibrate.evidence import boot_disagreements, refuse_evidence, shown_settings
 
     exact = next((t.total_bytes for t in record.ranks if t.total_bytes is not None), None)
     refused = boot_disagreements(
         boot,
         boot_cfg,
         exact_total=exact if record.total_bytes_exact else None,
-        gmu_keyed=logged is None or gmu_shown(boot),
+        claimed=None if logged is None else shown_settings(boot),
     )
     if refused:
         raise refuse_evidence(
