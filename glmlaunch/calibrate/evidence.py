@@ -11,7 +11,8 @@ own arithmetic or physics, with the tolerance of the two-decimal GiB figures it 
   is larger than T; an OOM's free memory is at most its total;
 * **the free-memory line against itself** (vLLM's ``gpu_worker.py``, which prints it): R = GMU x T; the two
   ``--kv-cache-memory-bytes`` suggestions are R, resp. F0, less W + P + N + G and vLLM's 150 MiB buffer, and
-  each is the figure printed beside it (``(2.08 GiB)``);
+  each is the figure printed beside it (``(2.08 GiB)``); the KV memory "in use" is the available KV memory
+  logged before (one variable printed twice);
 * **the KV cache**: the engine's token count is what the logged KV memory holds at the record's
   configuration's bytes per token (whole 64-token blocks per rank, times DCP), where vLLM sized the pool;
 * **the launched configuration**: the GMU in the free-memory line is the configuration's; a
@@ -136,6 +137,12 @@ def _free_line(obs: RankObservation) -> Iterator[Disagreement]:
                     f"{base_name} {_g(base)} - (W + P + N + G) {_g(non_kv)} - vLLM's 150 MiB = {want:,} "
                     "(vLLM computes one from the other)",
                 )
+    kv, in_use = obs.kv_available_bytes, obs.kv_in_use_bytes
+    if kv is not None and in_use is not None and abs(kv - in_use) > 2 * RESOLUTION + 1:
+        # vLLM prints the same figure twice (gpu_worker.py: available_kv_cache_memory_bytes)
+        yield Disagreement(
+            f"{who} KV cache memory in use", _g(in_use), f"the available KV cache memory {_g(kv)} it logged"
+        )
     for name, exact, printed in (
         (
             "--kv-cache-memory-bytes to fit into requested memory",

@@ -78,6 +78,10 @@ FORGERIES: dict[str, tuple[Callable[[str], str], str]] = {
         ),
         "--kv-cache-memory-bytes to fit into requested memory 2,232,367,739 disagrees with R 93.11 GiB",
     ),
+    "kv-available": (
+        lambda t: t.replace("Available KV cache memory: 1.88 GiB", "Available KV cache memory: 7.88 GiB"),
+        "KV cache memory in use 1.88 GiB disagrees with the available KV cache memory 7.88 GiB it logged",
+    ),
     "runtime-oom-larger-than-the-gpu": (
         lambda t: (
             t + "(APIServer pid=229476) INFO:     Application startup complete.\n"
