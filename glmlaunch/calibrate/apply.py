@@ -151,7 +151,9 @@ def calibration_from(config: DeploymentConfig, loaded: Loaded, root: Path) -> Ca
                 message += ". " + learned.skipped[0]
         # a serve log's OOM proves its demand whether or not a term model applies (a rig of no defaults)
         evidence = runtime_evidence(config, loaded.records)
-        return CalibrationUse(UNCALIBRATED, message, None, loaded.warnings, headline, skipped, evidence)
+        return CalibrationUse(
+            UNCALIBRATED, message, None, loaded.warnings, headline, skipped, evidence, loaded.records
+        )
     from glmlaunch.calibrate.learn import target_version
 
     cal = model_calibration(config, learned.model, version=target_version(config))
