@@ -155,26 +155,55 @@ def _free_line(obs: RankObservation) -> Iterator[Disagreement]:
             yield Disagreement(f"{who} {name}", f"{exact:,}", f"the {_g(printed)} vLLM printed beside it")
 
 
-def _kv_tokens(boot: BootLog, config: DeploymentConfig) -> Iterator[Disagreement]:
-    """The engine's token count against the logged KV memory, at the configuration's bytes per token."""
+def _record_sizes(config: DeploymentConfig, claimed: frozenset[str] | None) -> list[int]:
+    """The exact KV bytes per token/rank of ``config`` and, where the log does not state the indexer
+    sharding (which splits the indexer part of the record, ledger/kv_cache.py), of every sharding its DCP
+    allows: a log is held to the record only as far as it states what sizes it."""
     from glmlaunch.ledger.kv_cache import geometry
 
+    variants = [config]
+    dcp = max(1, config.parallel.dcp)
+    if claimed is not None and "dcp_policy.indexer_shards" not in claimed:
+        variants += [
+            config.model_copy(
+                update={"dcp_policy": config.dcp_policy.model_copy(update={"indexer_shards": s})}
+            )
+            for s in range(dcp)
+        ]
+    sizes = []
+    for cfg in variants:
+        geo = geometry(cfg)
+        if geo.origin == "exact" and geo.bytes_per_token > 0:
+            sizes.append(geo.bytes_per_token)
+    return sorted(set(sizes))
+
+
+def _kv_tokens(
+    boot: BootLog, config: DeploymentConfig, claimed: frozenset[str] | None
+) -> Iterator[Disagreement]:
+    """The engine's token count against the logged KV memory, at the configuration's bytes per token."""
     tokens = boot.engine.kv_cache_tokens
     kv = next((r.kv_available_bytes for r in boot.ranks if r.kv_available_bytes is not None), None)
     if tokens is None or kv is None or config.memory.num_gpu_blocks_override is not None:
         return  # a pinned pool holds the pin's blocks whatever memory was measured
-    geo = geometry(config)
-    if geo.origin != "exact" or geo.bytes_per_token <= 0:
+    sizes = _record_sizes(config, claimed)
+    if not sizes:
         return
     dcp = max(1, config.parallel.dcp)
-    held = tokens / dcp * geo.bytes_per_token
-    slack = max(RESOLUTION + 2 * KV_BLOCK * geo.bytes_per_token, KV_TOKEN_SHARE * kv)
-    if abs(held - kv) > slack:
+
+    def off(per_token: int) -> bool:
+        held = tokens / dcp * per_token
+        return abs(held - kv) > max(RESOLUTION + 2 * KV_BLOCK * per_token, KV_TOKEN_SHARE * kv)
+
+    if all(off(size) for size in sizes):
+        size = sizes[0]
+        held = tokens / dcp * size
+        shown = ", ".join(f"{x:,}" for x in sizes)
         yield Disagreement(
             "the engine's GPU KV cache size",
             f"{tokens:,} tokens",
-            f"the logged KV memory {_g(kv)}: at {geo.bytes_per_token:,} B/token/rank and DCP {dcp} of the "
-            f"record's configuration those tokens take {_g(held)} per rank",
+            f"the logged KV memory {_g(kv)}: at {shown} B/token/rank and DCP {dcp} of the record's "
+            f"configuration those tokens take {_g(held)} per rank",
         )
 
 
@@ -263,7 +292,7 @@ def boot_disagreements(
         out += _event(event, capacity)
     if config is not None:
         if _kv_record_claimed(config, claimed):
-            out += _kv_tokens(boot, config)
+            out += _kv_tokens(boot, config, claimed)
         out += _against_config(boot, config, claimed)
     return out
 

@@ -244,3 +244,39 @@ def test_the_gmu_is_held_to_the_configuration_only_where_the_log_states_one(
     assert item.record.evidence_refused is None
     store = Store(tmp_path / "calibration")
     store.save(item.record)  # what ingest accepts, the store writes
+
+
+def test_kv_tokens_are_held_to_the_record_only_as_far_as_the_log_states_what_sizes_it(
+    baseline: str, tmp_path: Path
+) -> None:
+    # The indexer sharding splits the indexer part of the KV record (ledger/kv_cache.py); a log that does not
+    # state it is not refused for a token count that another sharding its DCP allows explains, while a
+    # configuration that claims the sharding (a profile's) holds the log to it.
+    from glmlaunch.calibrate.evidence import _record_sizes, shown_settings
+
+    boot = parse_log_text(baseline)
+    claimed = shown_settings(boot)
+    assert "dcp_policy.indexer_shards" not in claimed
+    [item] = ingest_logs([BASELINE], config=None, profile=None, inventory=None, store=None, versions=VERSIONS)
+    cfg = record_config(item.record)
+    stated, unstated = _record_sizes(cfg, None), _record_sizes(cfg, claimed)
+    assert len(stated) == 1 and stated[0] in unstated and len(unstated) > 1, (stated, unstated)
+    # the tokens the same KV memory holds at another sharding
+    other = max(unstated, key=lambda size: abs(size - stated[0]))
+    kv = next(r.kv_available_bytes for r in boot.ranks if r.kv_available_bytes is not None)
+    tokens = kv // other * cfg.parallel.dcp // 64 * 64
+    resharded = tmp_path / "resharded.log"
+    resharded.write_text(
+        baseline.replace("GPU KV cache size: 252,416 tokens", f"GPU KV cache size: {tokens:,} tokens"),
+        encoding="utf-8",
+    )
+    [kept] = ingest_logs(
+        [resharded], config=None, profile=None, inventory=None, store=None, versions=VERSIONS
+    )
+    assert kept.record.evidence_refused is None
+    held = [
+        d
+        for d in boot_disagreements(parse_log_text(resharded.read_text()), cfg)
+        if "KV cache size" in d.text()
+    ]
+    assert held, "a configuration that claims its sharding holds the log to it"
