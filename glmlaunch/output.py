@@ -11,7 +11,9 @@ rich consoles, JSON strings before they are serialised) so a token never reaches
 * values registered as secret (the caller's secret-named variables, read once on first use; values the
   configuration marks secret) are replaced wherever they appear;
 * ``NAME=value`` with a secret-named NAME, ``--api-key value`` / ``--hf-token=value`` and indented YAML
-  ``NAME: value`` lines have the value replaced.
+  ``NAME: value`` lines have the value replaced;
+* a URL's userinfo password (``http://user:****@host``) and its token-like query parameters
+  (``?token=****``, ``api_key``, ``sig``, ``X-Amz-Signature``, …) are masked (:func:`mask_url`).
 
 Structured data is masked by structure, never after quoting: :func:`mask_obj` masks the value of a
 secret-named key and the argument after a secret flag in a list before ``json.dumps``; the shell export

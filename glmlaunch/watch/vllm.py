@@ -189,9 +189,9 @@ def _request(url: str) -> urllib.request.Request:
     return urllib.request.Request(bare, headers={"Authorization": f"Basic {token}"})
 
 
-def _reason(text: object) -> str:
+def _reason(text: str) -> str:
     """Error text fit to show: masked, escaped to one line, bounded."""
-    shown = escape(mask_secrets(str(text)))
+    shown = escape(mask_secrets(text))
     return shown if len(shown) <= MAX_ERROR_CHARS else shown[: MAX_ERROR_CHARS - 1] + "…"
 
 
