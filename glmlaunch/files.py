@@ -1,4 +1,5 @@
-"""The one way glmlaunch writes an output file (``hw --save``, ``plan --svg``, ``-o``, calibration records).
+"""The one way glmlaunch writes an output file (``hw --save``, ``plan --svg``, ``-o``, calibration records,
+and by :func:`append_text` the files it appends to: ``watch --readings``).
 
 :func:`write_text` writes a temporary file in the target's directory, fsyncs it and ``os.replace``-s it over
 the target, so a reader sees the old file or the new one, never half of one. It writes only to a regular
@@ -147,6 +148,40 @@ def write_text(
             os.unlink(tmp)
         raise
     _fsync_dir(parent)
+    return target
+
+
+def append_text(
+    path: str | os.PathLike[str], text: str, *, key: str | None = None, mode: int = 0o600
+) -> Path:
+    """Append ``text`` to ``path`` (a log glmlaunch keeps adding to: ``watch --readings``), by the same
+    rule as :func:`write_text`: a regular file or a new path only, never through a link, never into a
+    FIFO, socket or device (opened without blocking, then checked again on the open file, so a path
+    swapped in between is refused too). A new file gets ``mode`` (0600: a reading names the deployment's
+    GPUs) less the umask."""
+    target = check_writable_target(path, key=key)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+    flags |= getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(target, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link put there since the check
+            check_writable_target(target, key=key)
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader
+            raise _refuse("is a FIFO (named pipe), not a regular file", key, target) from None
+        raise _refuse(f"cannot append to the file: {_why(exc)}", key, target) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a regular file")
+            raise _refuse(f"is {kind}, not a regular file", key, target, "name a regular file or a new path")
+        data = text.encode("utf-8", "surrogateescape")
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError as exc:
+        raise _refuse(f"cannot append to the file: {_why(exc)}", key, target) from None
+    finally:
+        os.close(fd)
     return target
 
 

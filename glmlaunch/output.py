@@ -11,7 +11,9 @@ rich consoles, JSON strings before they are serialised) so a token never reaches
 * values registered as secret (the caller's secret-named variables, read once on first use; values the
   configuration marks secret) are replaced wherever they appear;
 * ``NAME=value`` with a secret-named NAME, ``--api-key value`` / ``--hf-token=value`` and indented YAML
-  ``NAME: value`` lines have the value replaced.
+  ``NAME: value`` lines have the value replaced;
+* a URL's userinfo password (``http://user:****@host``) and its token-like query parameters
+  (``?token=****``, ``api_key``, ``sig``, ``X-Amz-Signature``, …) are masked (:func:`mask_url`).
 
 Structured data is masked by structure, never after quoting: :func:`mask_obj` masks the value of a
 secret-named key and the argument after a secret flag in a list before ``json.dumps``; the shell export
@@ -381,10 +383,39 @@ _FLAG = re.compile(
 )
 
 
+#: A URL's userinfo password: ``scheme://user:password@host`` (the last ``@`` of the authority ends it, as
+#: urllib.parse reads it); the user name stays.
+_URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)(?!\*\*\*\*@)([^\s/?#]*)(@)")
+#: A URL query parameter: ``?name=value`` / ``&name=value``, the value up to the next ``&`` or ``#``.
+_URL_PARAM = re.compile(r"(?<=[?&])([A-Za-z0-9._~%-]+=)(?!\*\*\*\*(?:[&#\s\"']|$))([^&#\s\"'<>]+)")
+#: Query parameter names that carry a credential by convention beside the secret-named ones (signed URLs:
+#: ``sig``, ``X-Amz-Signature``; OAuth and ad-hoc auth).
+_QUERY_MARKERS = frozenset({"SIG", "SIGNATURE", "AUTH", "AUTHORIZATION", "PASS", "PWD", "JWT", "BEARER"})
+
+
+def _secret_param(name: str) -> bool:
+    parts = re.split(r"[^A-Z0-9]+", name.upper())
+    return is_secret_name(name) or bool(parts and parts[-1] in _QUERY_MARKERS)
+
+
+def mask_url(text: str) -> str:
+    """URLs in ``text`` with their credentials masked: the userinfo password and token-like query
+    parameters (:func:`mask_secrets` applies it to everything it masks)."""
+    if "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{MASK}{m.group(3)}", text)
+    if "=" in text and ("?" in text):
+        text = _URL_PARAM.sub(
+            lambda m: f"{m.group(1)}{MASK}" if _secret_param(m.group(1)[:-1]) else m.group(0), text
+        )
+    return text
+
+
 def mask_secrets(text: str, extra: Iterable[str] = ()) -> str:
-    """The one masking path for text: registered secret values, then secret assignments and flags."""
+    """The one masking path for text: registered secret values, URLs' credentials (:func:`mask_url`),
+    then secret assignments and flags."""
     for secret in sorted({*known_secrets(), *(s for s in extra if len(s) >= 4)}, key=len, reverse=True):
         text = text.replace(secret, MASK)
+    text = mask_url(text)
     # The patterns find a marker anywhere in a name; is_secret_name then drops the quantities
     # (VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD=1024 is a count).
     text = _ASSIGNMENT.sub(lambda m: _masked(m, f"{m.group(1)}{m.group(2)}{MASK}", m.group(1)), text)

@@ -51,6 +51,17 @@ MAX_KEYS = 20_000
 """Most mapping keys in one YAML or JSON document, all levels together. The largest shipped profile has
 about 150, a record about 1,500; the layering and provenance walk over keys is linear up to here."""
 
+MAX_TRACE_SAMPLES = 86_400
+"""Most samples an NVML trace (``watch --record``) holds: twelve hours at the default 2 Hz. The recorder
+stops recording there (the watch goes on) and ``--replay`` reads every trace it can write: the two share
+this bound and :data:`MAX_TRACE_BYTES`, not :data:`MAX_KEYS` (a one-GPU sample is five keys: 20,000 keys
+were 34 minutes)."""
+
+MAX_TRACE_BYTES = 32 * MIB
+"""Largest NVML trace written or read. A sample is ~80 bytes per GPU plus ~25 per process: twelve hours of
+four GPUs is ~15 MiB, of eight busy GPUs ~30 MiB. Loading one builds a few hundred bytes of objects per
+byte of JSON at most, linear in its size."""
+
 MAX_INT_DIGITS = 100
 """Most digits in an integer literal (YAML, JSON, ``--set``). A 64-bit value has at most 20 digits.
 Python refuses to convert more than 4,300 (``sys.get_int_max_str_digits``) with a ValueError; checking
@@ -86,6 +97,8 @@ __all__ = [
     "MAX_PROFILE_BYTES",
     "MAX_RECORD_BYTES",
     "MAX_TOKENS",
+    "MAX_TRACE_BYTES",
+    "MAX_TRACE_SAMPLES",
     "MAX_YAML_ALIASES",
     "MAX_YAML_NODES",
     "NAME_MAX",

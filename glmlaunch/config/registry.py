@@ -124,8 +124,8 @@ TOOL_VARS: dict[str, str] = {
     GLMLAUNCH_RIG_DEFAULTS: "rig-defaults JSON (scripts/derive_rig_defaults.py) replacing the shipped one",
     GLMLAUNCH_SUPERVISE: "1 makes `serve` supervise vLLM as its child (like --supervise); 0 or unset: exec",
     GLMLAUNCH_STOP_GRACE: (
-        "seconds the container runtime waits after its stop signal before SIGKILL (compose "
-        "stop_grace_period); a supervised stop escalates inside it"
+        "seconds (finite, 0 or more) the container runtime waits after its stop signal before SIGKILL "
+        "(compose stop_grace_period); a supervised stop escalates inside it"
     ),
     GLMLAUNCH_STRICT_EXIT: (
         "1: like `serve --strict-exit` (exit 9 when vLLM exits 0 after a fatal engine error)"

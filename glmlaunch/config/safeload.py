@@ -136,8 +136,9 @@ def decode_utf8(raw: bytes, *, key: str, value: str, what: str) -> str:
 # --- structure limits ------------------------------------------------------------------------------
 
 
-def check_structure(data: Any, *, key: str, value: str, what: str) -> None:
-    """Nesting depth and key count of parsed data, walked without recursion."""
+def check_structure(data: Any, *, key: str, value: str, what: str, max_keys: int = MAX_KEYS) -> None:
+    """Nesting depth and key count of parsed data, walked without recursion (``max_keys``: a document
+    with a limit of its own, bounded by its size instead, e.g. an NVML trace)."""
     keys = 0
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
@@ -152,8 +153,8 @@ def check_structure(data: Any, *, key: str, value: str, what: str) -> None:
         if depth >= MAX_NESTING_DEPTH:
             raise _too_deep(key, value, what)
         stack.extend((child, depth + 1) for child in children)
-    if keys > MAX_KEYS:
-        raise _too_many_keys(keys, key, value, what)
+    if keys > max_keys:
+        raise _too_many_keys(keys, key, value, what, max_keys)
 
 
 def _too_deep(key: str, value: str, what: str) -> ConfigError:
@@ -165,9 +166,9 @@ def _too_deep(key: str, value: str, what: str) -> ConfigError:
     )
 
 
-def _too_many_keys(count: int, key: str, value: str, what: str) -> ConfigError:
+def _too_many_keys(count: int, key: str, value: str, what: str, limit: int = MAX_KEYS) -> ConfigError:
     return ConfigError(
-        f"the {what} has {count:,} keys; the limit is {MAX_KEYS:,}",
+        f"the {what} has {count:,} keys; the limit is {limit:,}",
         key=key,
         value=value,
         hint="split it, or remove generated entries",
@@ -184,7 +185,7 @@ def _bounded_int(text: str) -> int:
 # --- JSON ------------------------------------------------------------------------------------------
 
 
-def load_json(text: str, *, key: str, value: str, what: str) -> Any:
+def load_json(text: str, *, key: str, value: str, what: str, max_keys: int = MAX_KEYS) -> Any:
     """Parse JSON within the limits; ``json.JSONDecodeError`` is left to the caller's wording."""
     try:
         data = json.loads(text, parse_int=_bounded_int)
@@ -192,7 +193,7 @@ def load_json(text: str, *, key: str, value: str, what: str) -> Any:
         raise ConfigError(f"the {what} is refused: {exc}", key=key, value=value) from None
     except RecursionError:
         raise _too_deep(key, value, what) from None
-    check_structure(data, key=key, value=value, what=what)
+    check_structure(data, key=key, value=value, what=what, max_keys=max_keys)
     return data
 
 

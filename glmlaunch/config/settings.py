@@ -42,10 +42,12 @@ class ToolSettings(BaseModel):
     strict: bool = False
     rig_defaults: Path | None = None
     supervise: bool = False
-    stop_grace: float | None = Field(default=None, gt=0)
+    # finite only: `inf` passed `gt=0`, then launch.json could not hold it (exit 1); 0 is compose's
+    # `stop_grace_period: 0s` (SIGKILL at once), a grace like any other
+    stop_grace: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     strict_exit: bool = False
     lmcache_bin: str | None = None
-    lmcache_start_timeout: float | None = Field(default=None, gt=0)
+    lmcache_start_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ToolSettings:

@@ -863,7 +863,9 @@ def launch_mode(options: ServeOptions, tool: ToolSettings) -> LaunchMode:
         )
     metrics = None
     if options.metrics_port is not None:
-        metrics = f"{options.metrics_host}:{options.metrics_port}"
+        from glmlaunch.watch.metrics import metrics_host
+
+        metrics = f"{metrics_host(options.metrics_host)}:{options.metrics_port}"
     return LaunchMode(
         mode, source, strict_exit=strict, stop_grace_s=tool.stop_grace, watch=watch, metrics=metrics
     )
@@ -892,6 +894,7 @@ def supervise_vllm(
     from glmlaunch.supervise.process import exit_like
     from glmlaunch.supervise.session import Launch, supervise
     from glmlaunch.supervise.watching import WatchSetup
+    from glmlaunch.watch.metrics import metrics_host
 
     assert plan.config is not None  # a real launch always resolved its configuration
     for change in plan.spec.env_changes:
@@ -903,7 +906,7 @@ def supervise_vllm(
     if plan.mode.watch and plan.plan is not None and options is not None:
         watch = WatchSetup(
             plan=plan.plan,
-            metrics_host=options.metrics_host,
+            metrics_host=metrics_host(options.metrics_host),
             metrics_port=options.metrics_port,
             replay=options.watch_replay,
         )

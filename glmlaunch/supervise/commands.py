@@ -11,40 +11,38 @@ from typing import Any
 from rich.table import Table
 
 from glmlaunch.output import note, out_console, out_json, warn
-from glmlaunch.supervise.boots import BootSummary, boots_root, find_boot, list_boots
+from glmlaunch.supervise.boots import BootSummary, OutcomeDoc, boots_root, find_boot, list_boots
 from glmlaunch.supervise.timeline import fmt_seconds
 
 #: ``boots --json``'s document version
 SCHEMA_VERSION = 1
 
 
-def _exit_text(outcome: dict[str, Any] | None) -> str:
+def _exit_text(outcome: OutcomeDoc | None) -> str:
     if outcome is None:
         return "—"
-    if outcome.get("running"):
+    if outcome.running:
         return "running"
-    exit_ = outcome.get("exit") or {}
-    return str(exit_.get("status") or "—")
+    return (outcome.exit.status if outcome.exit is not None else "") or "—"
 
 
-def _ready_text(outcome: dict[str, Any] | None) -> str:
-    timeline = (outcome or {}).get("timeline") or {}
-    ready = timeline.get("ready_s")
-    return fmt_seconds(float(ready)) if isinstance(ready, int | float) else "—"
+def _ready_text(outcome: OutcomeDoc | None) -> str:
+    ready = outcome.timeline.ready_s if outcome is not None else None
+    return fmt_seconds(ready) if ready is not None else "—"
 
 
 def summary_document(b: BootSummary) -> dict[str, Any]:
-    o = b.outcome or {}
+    o = b.outcome
     return {
         "boot_id": b.boot.boot_id,
         "path": str(b.boot.path),
-        "started_at": b.launch.get("started_at"),
-        "profile": b.launch.get("profile"),
-        "outcome": o.get("outcome") if b.outcome is not None else "unknown",
-        "exit": _exit_text(b.outcome),
-        "ready_s": ((o.get("timeline") or {}).get("ready_s")),
-        "diagnosis": o.get("diagnosis"),
-        "record_id": (o.get("record") or {}).get("record_id"),
+        "started_at": b.launch.started_at,
+        "profile": b.launch.profile,
+        "outcome": o.outcome if o is not None else "unknown",
+        "exit": _exit_text(o),
+        "ready_s": o.timeline.ready_s if o is not None else None,
+        "diagnosis": o.diagnosis if o is not None else None,
+        "record_id": o.record.record_id if o is not None else None,
     }
 
 
@@ -56,40 +54,38 @@ def list_table(boots: list[BootSummary]) -> Table:
         doc = summary_document(b)
         table.add_row(
             doc["boot_id"],
-            str(doc["profile"] or "—"),
-            str(doc["outcome"]),
+            doc["profile"] or "—",
+            doc["outcome"],
             doc["exit"],
             _ready_text(b.outcome),
             (doc["record_id"] or "—")[:29],
-            str(doc["diagnosis"] or "—"),
+            doc["diagnosis"] or "—",
         )
     return table
 
 
 def timeline_table(b: BootSummary) -> Table:
-    o = b.outcome or {}
-    timeline = o.get("timeline") or {}
-    expected = timeline.get("expected_s") or {}
-    table = Table(title=f"boot {b.boot.boot_id}: {b.launch.get('profile')} — timeline", expand=False)
+    timeline = b.outcome.timeline if b.outcome is not None else None
+    table = Table(title=f"boot {b.boot.boot_id}: {b.launch.profile} — timeline", expand=False)
     for col in ("phase", "from", "to", "wall time", "expected at most", "note"):
         table.add_column(
             col, no_wrap=col != "note", justify="right" if col in ("from", "to", "wall time") else "left"
         )
-    hung = timeline.get("hung") or {}
-    for p in timeline.get("phases") or []:
-        name = str(p.get("name"))
+    if timeline is None:
+        return table
+    for p in timeline.phases:
         notes = []
-        if p.get("merged"):
-            notes.append("includes " + ", ".join(p["merged"]) + " (their lines never came)")
-        if name in hung:
-            notes.append(f"hung: {fmt_seconds(float(hung[name]))} without progress")
-        limit = expected.get(name)
+        if p.merged:
+            notes.append("includes " + ", ".join(p.merged) + " (their lines never came)")
+        if p.name in timeline.hung:
+            notes.append(f"hung: {fmt_seconds(timeline.hung[p.name])} without progress")
+        limit = timeline.expected_s.get(p.name)
         table.add_row(
-            name,
-            fmt_seconds(float(p.get("start_s", 0))),
-            fmt_seconds(float(p.get("end_s", 0))),
-            fmt_seconds(float(p.get("seconds", 0))),
-            fmt_seconds(float(limit)) if isinstance(limit, int | float) else "—",
+            p.name,
+            fmt_seconds(p.start_s),
+            fmt_seconds(p.end_s),
+            fmt_seconds(p.seconds),
+            fmt_seconds(limit) if limit is not None else "—",
             "; ".join(notes) or "—",
         )
     return table
@@ -97,9 +93,9 @@ def timeline_table(b: BootSummary) -> Table:
 
 def run_boots(ref: str | None, *, as_json: bool) -> None:
     if ref is None:
-        boots, warnings = list_boots()
-        for w in warnings:
-            warn(w)
+        boots, problems = list_boots()
+        for problem in problems:
+            warn(problem.warning)
         if as_json:
             out_json(
                 {
@@ -111,7 +107,7 @@ def run_boots(ref: str | None, *, as_json: bool) -> None:
             )
         elif boots:
             out_console.print(list_table(boots))
-        else:
+        elif not problems:
             note(f"no supervised boots in {boots_root()} (glmlaunch serve --supervise writes them)")
         return
     b = find_boot(ref)
@@ -121,29 +117,28 @@ def run_boots(ref: str | None, *, as_json: bool) -> None:
                 "schema_version": SCHEMA_VERSION,
                 "boots_dir": str(boots_root()),
                 "boots": [summary_document(b)],
-                "boot": {"launch": b.launch, "outcome": b.outcome},
+                "boot": {"launch": b.launch_json, "outcome": b.outcome_json},
             }
         )
         return
-    o = b.outcome or {}
-    note(f"boot {b.boot.boot_id} ({b.boot.path}): {b.launch.get('command', '')}")
+    o = b.outcome
+    note(f"boot {b.boot.boot_id} ({b.boot.path}): {b.launch.command}")
     out_console.print(timeline_table(b))
     lines = [
-        f"outcome: {o.get('outcome', 'unknown')} ({_exit_text(b.outcome)})",
-        f"diagnosis: {o.get('diagnosis') or '—'}",
+        f"outcome: {o.outcome if o is not None else 'unknown'} ({_exit_text(o)})",
+        f"diagnosis: {(o.diagnosis if o is not None else None) or '—'}",
     ]
-    record = (o.get("record") or {}).get("record_id")
-    lines.append(
-        f"record: {record}" if record else f"record: none ({(o.get('record') or {}).get('problem')})"
-    )
-    for p in o.get("left_behind") or []:
-        lines.append(f"left behind: {p.get('name')} pid {p.get('pid')}: {p.get('ended')}")
-    gpu = o.get("gpu_baseline") or {}
-    if gpu.get("checked"):
-        lines.append(
-            "GPUs: back at their baseline" if gpu.get("ok") else "GPUs: " + "; ".join(gpu.get("problems", []))
-        )
-    elif gpu:
-        lines.append(f"GPUs: not checked ({gpu.get('note')})")
+    if o is not None:
+        rec = o.record
+        lines.append(f"record: {rec.record_id}" if rec.record_id else f"record: none ({rec.problem})")
+        for p in o.left_behind:
+            lines.append(f"left behind: {p.name} pid {p.pid}: {p.ended}")
+        gpu = o.gpu_baseline
+        if gpu is not None and gpu.checked:
+            lines.append("GPUs: back at their baseline" if gpu.ok else "GPUs: " + "; ".join(gpu.problems))
+        elif gpu is not None:
+            lines.append(f"GPUs: not checked ({gpu.note})")
+    else:
+        lines.append("record: none (no outcome.json: glmlaunch itself was killed before writing it)")
     for line in lines:
         out_console.print(line, markup=False, highlight=False)

@@ -13,13 +13,15 @@ load, ``graph capture`` from the KV size, ``api start`` from the capture to read
 merges its phase into the next one, which says so.
 
 Expected times bound the wait in each phase: the last boot of the same configuration times 3 (at least
-5 minutes more than it took), else generous defaults (an hour and a half for a cold load). A phase past
-its expected time is a hang: said once, kept for the diagnosis, never acted on (vLLM may still finish).
+5 minutes more than it took, at most a week), else generous defaults (an hour and a half for a cold
+load). A phase past its expected time is a hang: said once, kept for the diagnosis, never acted on (vLLM
+may still finish).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from glmlaunch.vllmlog.events import (
@@ -175,11 +177,16 @@ class Timeline:
         }
 
 
-def expected_from_phases(phases: list[dict[str, object]]) -> dict[str, float]:
-    """Expected seconds per phase from an earlier boot's phases (``Phase.to_json`` documents)."""
+#: the longest a phase may be expected to take, whatever an earlier boot says (a hang check, never a wait)
+MAX_EXPECTED_S = 7 * 86400.0
+
+
+def expected_from_phases(phases: Iterable[Phase]) -> dict[str, float]:
+    """Expected seconds per phase from an earlier boot's phases (read back, validated, by
+    :func:`glmlaunch.supervise.boots.last_timeline`); a phase that merged others says nothing alone."""
     out = dict(DEFAULT_EXPECTED_S)
     for p in phases:
-        name, seconds, merged = p.get("name"), p.get("seconds"), p.get("merged")
-        if isinstance(name, str) and name in out and isinstance(seconds, int | float) and not merged:
-            out[name] = max(EXPECTED_FACTOR * float(seconds), float(seconds) + EXPECTED_SLACK_S)
+        seconds = p.seconds
+        if p.name in out and not p.merged and math.isfinite(seconds) and seconds >= 0:
+            out[p.name] = min(MAX_EXPECTED_S, max(EXPECTED_FACTOR * seconds, seconds + EXPECTED_SLACK_S))
     return out

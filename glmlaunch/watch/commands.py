@@ -11,6 +11,7 @@ explains each against the plan (:mod:`.oom`).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -26,7 +27,7 @@ from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import format_size, parse_size_option
 from glmlaunch.errors import ConfigError
 from glmlaunch.hardware.memory import MemorySource
-from glmlaunch.output import fit, note, out_json, warn
+from glmlaunch.output import fit, mask_secrets, note, out_json, warn
 from glmlaunch.plan.plan import Plan
 from glmlaunch.watch.expect import expectation
 from glmlaunch.watch.ranks import RankGpu, map_ranks
@@ -60,16 +61,28 @@ class WatchArgs:
     command: str = "glmlaunch watch"
 
 
-def _positive(value: float | None, key: str, *, allow_zero: bool = False) -> None:
+#: (option, least, most, what it counts): the range of each number the watch takes; beyond it a wait
+#: overflows (``threading`` refuses timeouts past ~9e9 s), a replay sleeps for ages, or a loop spins
+RANGES: dict[str, tuple[float, float, str]] = {
+    "--interval": (0.01, 3600.0, "seconds"),
+    "--duration": (0.01, 10 * 365 * 86400.0, "seconds"),
+    "--drift-window": (0.01, 30 * 86400.0, "seconds"),
+    "--settle": (0.0, 30 * 86400.0, "seconds"),
+    "--speed": (0.01, 10000.0, "times the recorded pace"),
+}
+
+
+def _in_range(value: float | None, key: str) -> None:
     if value is None:
         return
-    if (
-        value != value
-        or value in (float("inf"), float("-inf"))
-        or value < 0
-        or (value == 0 and not allow_zero)
-    ):
-        raise ConfigError("must be a positive number of seconds", key=key, value=value)
+    low, high, unit = RANGES[key]
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ConfigError(
+            f"must be a finite number of {unit} from {low:g} to {high:g}",
+            key=key,
+            value=value,
+            allowed=[f"{low:g}..{high:g}"],
+        )
 
 
 def deployment_visible(config: DeploymentConfig, gpus: str | None) -> str:
@@ -136,9 +149,10 @@ def _stops_on_signals(stop: Any) -> Iterator[None]:
 
 def run_watch(args: WatchArgs) -> None:
     from glmlaunch.config.commands import resolve
+    from glmlaunch.files import check_writable_target
     from glmlaunch.plan.plan import checkpoint_for, make_plan
     from glmlaunch.watch.follow import FileFollower, LineSource
-    from glmlaunch.watch.metrics import MetricsServer
+    from glmlaunch.watch.metrics import MetricsServer, metrics_host
     from glmlaunch.watch.render import JsonLines, renderer
     from glmlaunch.watch.session import Options, Watcher
     from glmlaunch.watch.trace import Recorder, save_trace
@@ -148,10 +162,10 @@ def run_watch(args: WatchArgs) -> None:
         (args.interval_s, "--interval"),
         (args.duration_s, "--duration"),
         (args.drift_window_s, "--drift-window"),
+        (args.settle_s, "--settle"),
         (args.speed, "--speed"),
     ):
-        _positive(value, key)
-    _positive(args.settle_s, "--settle", allow_zero=True)
+        _in_range(value, key)
     if args.samples is not None and args.samples < 1:
         raise ConfigError("must be at least 1", key="--samples", value=args.samples)
     if args.replay is not None and args.record is not None:
@@ -162,6 +176,12 @@ def run_watch(args: WatchArgs) -> None:
         )
     if args.log is not None and args.replay is not None:
         raise ConfigError("a replay brings the log lines it recorded", key="--log")
+    host = metrics_host(args.metrics_host)
+    if args.readings is not None:
+        check_writable_target(args.readings, key="--readings")
+    if args.record is not None:
+        check_writable_target(args.record, key="--record")
+    url = metrics_url(args.endpoint) if args.endpoint is not None else None
     total = (
         parse_size_option(args.gpu_memory, key="--gpu-memory", what="a device total", minimum=1)
         if (args.gpu_memory is not None)
@@ -190,8 +210,8 @@ def run_watch(args: WatchArgs) -> None:
         elif args.log is not None:
             lines = FileFollower(args.log)
         scraper = None
-        if args.endpoint is not None:
-            scraper = Scraper(metrics_url(args.endpoint))
+        if url is not None:
+            scraper = Scraper(url)
             scraper.start()
         recorder = None
         if args.record is not None:
@@ -199,7 +219,7 @@ def run_watch(args: WatchArgs) -> None:
 
             recorder = Recorder(
                 source,
-                command=args.command,
+                command=mask_secrets(args.command),
                 note=args.note,
                 interval_s=args.interval_s,
                 host=socket.gethostname(),
@@ -229,7 +249,7 @@ def run_watch(args: WatchArgs) -> None:
         )
         server = None
         if args.metrics_port is not None:
-            server = MetricsServer(args.metrics_host, args.metrics_port, lambda: watcher.latest)
+            server = MetricsServer(host, args.metrics_port, lambda: watcher.latest)
             server.start()
             note(f"watch: metrics on {server.url}")
         try:

@@ -8,7 +8,9 @@ DCGM's framebuffer series are MiB.
 ``prometheus_client`` (the ecosystem's own library) renders the page and serves it: a collector reads
 the watcher's latest snapshot at each scrape, so a scrape never waits for a sample and a sample never
 waits for a scrape. The server binds ``127.0.0.1`` unless ``--metrics-host`` says otherwise: the page
-names processes and GPUs, which is nothing to publish by default.
+names processes and GPUs, which is nothing to publish by default. The host is always named
+(:func:`metrics_host`): an empty one, which the socket layer takes for every interface, is refused, and
+every interface (``0.0.0.0``, ``::``) is said on stderr when asked for.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from glmlaunch.errors import ConfigError
+from glmlaunch.output import note
 from glmlaunch.watch.snapshot import Snapshot
 from glmlaunch.watch.states import STATES
 from glmlaunch.watch.vllm import FACTS
@@ -179,6 +182,27 @@ def exposition(snap: Snapshot | None) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
+#: the addresses that mean every interface of the host
+WILDCARDS = frozenset({"0.0.0.0", "::"})
+
+
+def metrics_host(host: str, *, key: str = "--metrics-host") -> str:
+    """The address to bind, as given (``[::1]`` taken as ``::1``); an empty one is refused: the socket
+    layer binds it to every interface, which must be asked for by name."""
+    name = host.strip()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if not name:
+        raise ConfigError(
+            "an empty host would listen on every interface",
+            key=key,
+            value=host,
+            hint="name the address: 127.0.0.1 (this machine only, the default), or 0.0.0.0 to publish the "
+            "page on every interface",
+        )
+    return name
+
+
 @dataclass
 class MetricsServer:
     """``GET /metrics`` (any path, as prometheus_client serves it) on ``host:port``, on a daemon thread."""
@@ -210,6 +234,11 @@ class MetricsServer:
             ) from None
         server.daemon_threads = True
         self._server = server
+        if self.host in WILDCARDS:
+            note(
+                f"watch: the metrics listen on every interface ({self.host}, as --metrics-host asks): "
+                "anyone who reaches this host can read which processes hold which GPU"
+            )
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
             target=server.serve_forever, name="glmlaunch-watch-metrics", daemon=True

@@ -16,7 +16,6 @@ as runtime events for the boot's calibration record (:meth:`Watcher.runtime_even
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from glmlaunch.config.units import MIB, format_size
+from glmlaunch.errors import ConfigError
+from glmlaunch.files import append_text
 from glmlaunch.hardware.memory import MemorySource
 from glmlaunch.output import debug_enabled, warn
 from glmlaunch.plan.plan import Plan
@@ -269,13 +270,10 @@ class Watcher:
             return
         self._written_low[rank] = mib
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
-            try:
-                os.write(fd, (self.reading_line(rank, free, uuid) + "\n").encode())
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            warn(f"watch: cannot append to {path}: {exc.strerror or exc}")
+            append_text(path, self.reading_line(rank, free, uuid) + "\n", key="--readings")
+        except ConfigError as exc:
+            # checked when the watch started; a file replaced since by a link or a FIFO ends the readings
+            warn(f"watch: no more readings: {exc.one_line()}")
             self.options = Options(**{**self.options.__dict__, "readings": None})
 
     def runtime_events(self) -> list[RuntimeEvent]:
@@ -352,6 +350,11 @@ class Watcher:
 
     def stop(self) -> None:
         self.stop_event.set()
+        # a replay at the recorded pace waits inside read(): it ends that wait too (a signal's handler
+        # calls this on the main thread, where the wait is)
+        halt = getattr(self.source, "stop", None)
+        if callable(halt):
+            halt()
 
     def close(self) -> None:
         if self.scraper is not None:

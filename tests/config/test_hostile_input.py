@@ -248,3 +248,23 @@ def test_limit_name_max(tmp_path: Path) -> None:
         read_file(tmp_path / ("n" * (limits.NAME_MAX + 1)), limit=10, key="k", what="file")
     with pytest.raises(ConfigError, match="cannot read"):  # at the limit: an ordinary missing file
         read_file(tmp_path / ("n" * limits.NAME_MAX), limit=10, key="k", what="file")
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e309", "-1"])
+def test_the_stop_grace_is_finite_non_negative_seconds(clean_env: dict[str, str], value: str) -> None:
+    # `inf` passed `gt=0`, the dry run printed it, and a supervised launch died writing launch.json (exit 1)
+    env = {**clean_env, "GLMLAUNCH_STOP_GRACE": value}
+    err = _cli_refuses(env, "serve", "-p", "turnkey", "--dry-run", "--supervise", "--vllm-bin", "/bin/true")
+    assert "GLMLAUNCH_STOP_GRACE" in err and value in err
+
+
+def test_a_stop_grace_of_zero_is_compose_s_zero_seconds(clean_env: dict[str, str]) -> None:
+    env = {**clean_env, "GLMLAUNCH_STOP_GRACE": "0"}
+    proc = run_cli(
+        "serve", "-p", "turnkey", "--dry-run", "--supervise", "--vllm-bin", "/bin/true", "--json",
+        env=env, timeout=TIMEOUT,
+    )
+    import json
+
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["mode"]["stop_grace_s"] == 0

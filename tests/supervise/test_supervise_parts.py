@@ -57,10 +57,10 @@ def test_a_boot_cut_short_is_in_its_phase_and_a_long_phase_is_a_hang_said_once()
 
 
 def test_expected_times_come_from_the_last_boot_of_the_configuration() -> None:
-    phases = [p.to_json() for p in _fed(OK_LOG, step=1.0).phases()]
+    phases = _fed(OK_LOG, step=1.0).phases()
     expected = expected_from_phases(phases)
-    load = next(p for p in phases if p["name"] == "load")
-    assert expected["load"] == max(3 * float(load["seconds"]), float(load["seconds"]) + 300)
+    load = next(p for p in phases if p.name == "load")
+    assert expected["load"] == max(3 * load.seconds, load.seconds + 300)
     assert fmt_seconds(expected["load"]) == "45 min 42 s"
 
 
