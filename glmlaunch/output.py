@@ -386,6 +386,8 @@ _FLAG = re.compile(
 #: A URL's userinfo password: ``scheme://user:password@host`` (the last ``@`` of the authority ends it, as
 #: urllib.parse reads it); the user name stays.
 _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)(?!\*\*\*\*@)([^\s/?#]*)(@)")
+#: A userinfo without a password (``https://ghp_abc@host``): that one field is a token, so all of it.
+_URL_USER_ONLY = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://)(?!\*\*\*\*@)([^\s/?#@:]+)(@)")
 #: A URL query parameter: ``?name=value`` / ``&name=value``, the value up to the next ``&`` or ``#``.
 _URL_PARAM = re.compile(r"(?<=[?&])([A-Za-z0-9._~%-]+=)(?!\*\*\*\*(?:[&#\s\"']|$))([^&#\s\"'<>]+)")
 #: Query parameter names that carry a credential by convention beside the secret-named ones (signed URLs:
@@ -403,6 +405,7 @@ def mask_url(text: str) -> str:
     parameters (:func:`mask_secrets` applies it to everything it masks)."""
     if "://" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{MASK}{m.group(3)}", text)
+        text = _URL_USER_ONLY.sub(lambda m: f"{m.group(1)}{MASK}{m.group(3)}", text)
     if "=" in text and ("?" in text):
         text = _URL_PARAM.sub(
             lambda m: f"{m.group(1)}{MASK}" if _secret_param(m.group(1)[:-1]) else m.group(0), text

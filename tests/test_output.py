@@ -277,3 +277,14 @@ def test_each_run_lays_its_output_out_for_its_own_stdout(clean_env: dict[str, st
     assert forced.returncode == 0 and "\x1b[" in forced.stdout, forced.stderr
     plain = run_cli("config", "-p", "turnkey", env=clean_env)
     assert plain.returncode == 0 and "\x1b[" not in plain.stdout, plain.stdout[:300]
+
+
+def test_a_url_userinfo_without_a_password_is_masked_whole() -> None:
+    # https://TOKEN@host is how tokens ride in URLs (GitHub, registries): the one userinfo field is the secret
+    from glmlaunch.output import mask_secrets
+
+    assert mask_secrets("GET https://ghp_abc123XYZ@example.org:8000/metrics?x=1") == (
+        "GET https://****@example.org:8000/metrics?x=1"
+    )
+    assert mask_secrets("http://operator:hunter2@h/metrics") == "http://operator:****@h/metrics"
+    assert mask_secrets("http://127.0.0.1:8000/metrics") == "http://127.0.0.1:8000/metrics"
