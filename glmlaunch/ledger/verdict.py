@@ -27,6 +27,7 @@ the pipeline and print the same verdict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -290,86 +291,137 @@ def term_sources(budget: Budget, inputs: LedgerInputs) -> tuple[tuple[str, Sourc
     return tuple(out)
 
 
-def _blockers(config: DeploymentConfig, b: Budget) -> list[Blocker]:
-    pinned = b.kv_pinned
+# --- the blockers: one declared check per BlockerId -------------------------------------------------
+
+#: A blocker's check: the :class:`Blocker` it raises over one budget of ``config``, or None where it holds.
+BlockerCheck = Callable[[DeploymentConfig, Budget], Blocker | None]
+
+
+@dataclass(frozen=True)
+class BlockerRule:
+    id: BlockerId
+    summary: str
+    check: BlockerCheck
+
+
+#: Every blocker, in the order a verdict reports them (vLLM's order: loading, the start gate, the KV
+#: cache, one request, then what is left after startup).
+BLOCKERS: list[BlockerRule] = []
+
+
+def blocker(id: BlockerId, summary: str) -> Callable[[BlockerCheck], BlockerCheck]:
+    def register(fn: BlockerCheck) -> BlockerCheck:
+        BLOCKERS.append(BlockerRule(id, summary, fn))
+        return fn
+
+    return register
+
+
+def blockers(config: DeploymentConfig, budget: Budget) -> tuple[Blocker, ...]:
+    """Every constraint ``budget`` fails, in :data:`BLOCKERS`' order."""
+    found = (r.check(config, budget) for r in BLOCKERS)
+    return tuple(x for x in found if x is not None)
+
+
+def _margin_terms(b: Budget) -> tuple[str, ...]:
     # a pool of fixed size (bytes or blocks) no longer absorbs W, P, N and G_e: the margin rests on all
-    fixed = pinned or b.kv_blocks_override is not None
+    fixed = b.kv_pinned or b.kv_blocks_override is not None
+    return ("U_pre", "W", "P", "N", "G_e") if fixed else ("U_pre",)
+
+
+@blocker("load", "the load-time peak exceeds F0")
+def _load(config: DeploymentConfig, b: Budget) -> Blocker | None:
+    if b.load_margin is None or b.load_margin >= 0:
+        return None
+    return Blocker(
+        "load",
+        f"the load: the load-time peak {format_size(b.load_peak)} (W and what loading holds beside "
+        f"it) > F0 {format_size(b.f0)}, so loading runs out of memory",
+        ("U_pre", "W"),
+    )
+
+
+@blocker("start-gate", "free memory at startup is below GMU x T")
+def _start_gate(config: DeploymentConfig, b: Budget) -> Blocker | None:
+    if b.start_gate_ok:
+        return None
+    return Blocker(
+        "start-gate",
+        f"the start gate: free memory at startup F0 {format_size(b.f0)} < R = GMU x T "
+        f"{format_size(b.gate)}, so vLLM refuses to start",
+        ("U_pre",),
+    )
+
+
+@blocker("no-kv", "nothing of R is left for the KV cache")
+def _no_kv(config: DeploymentConfig, b: Budget) -> Blocker | None:
     rest = b.w + b.p + b.n + b.g_e
-    margin_terms = ("U_pre", "W", "P", "N", "G_e") if fixed else ("U_pre",)
-    out: list[Blocker] = []
-    if b.load_margin is not None and b.load_margin < 0:
-        out.append(
-            Blocker(
-                "load",
-                f"the load: the load-time peak {format_size(b.load_peak)} (W and what loading holds beside "
-                f"it) > F0 {format_size(b.f0)}, so loading runs out of memory",
-                ("U_pre", "W"),
-            )
-        )
-    if not b.start_gate_ok:
-        out.append(
-            Blocker(
-                "start-gate",
-                f"the start gate: free memory at startup F0 {format_size(b.f0)} < R = GMU x T "
-                f"{format_size(b.gate)}, so vLLM refuses to start",
-                ("U_pre",),
-            )
-        )
-    if not pinned and b.gate - rest <= 0:
-        out.append(
-            Blocker(
-                "no-kv",
-                f"the KV cache: no memory is left for it (R {format_size(b.gate)} <= W + P + N + G_e "
-                f"{format_size(rest)})",
-                ("W", "P", "N", "G_e"),
-            )
-        )
-    if not b.request_fits and b.request_fit_confirmed:
-        short_pool = b.kv_blocks_override is not None and b.kv < b.request_bytes <= b.kv_natural
-        where = (
-            f"the pinned pool ({b.kv_blocks_override:,} blocks, memory.num_gpu_blocks_override) is "
-            f"{format_size(b.kv)}"
-            if short_pool
-            else f"the KV cache is {format_size(b.kv_natural)}"
-        )
-        out.append(
-            Blocker(
-                "request-fit",
-                f"the request fit: one {config.scheduler.max_model_len:,}-token request needs "
-                f"{format_size(b.request_bytes)} of KV per rank, {where}",
-                ("KV bytes/token",) if pinned else ("W", "P", "N", "G_e", "KV bytes/token"),
-            )
-        )
-    runtime_blocks = b.margin >= 0 and b.runtime_margin < b.min_runtime_margin
-    if runtime_blocks:
-        out.append(
-            Blocker(
-                "runtime",
-                f"the runtime margin: {format_size(b.runtime_margin)} < memory.min_runtime_margin "
-                f"{format_size(b.min_runtime_margin)}: after startup {format_size(b.margin)} is free and the "
-                f"{b.runtime_phase} phase needs {format_size(b.runtime_demand)}; {b.runtime_deciding} runs "
-                "out of memory",
-                margin_terms,
-            )
-        )
-    if b.margin < 0:
-        out.append(
-            Blocker(
-                "oom-risk",
-                f"the margin: {format_size(b.margin)} is negative, so unbudgeted allocations "
-                f"(X {format_size(b.x)}) can run out of memory",
-                margin_terms,
-            )
-        )
-    elif b.margin < b.min_margin:
-        out.append(
-            Blocker(
-                "margin",
-                f"the margin: {format_size(b.margin)} < memory.min_margin {format_size(b.min_margin)}",
-                margin_terms,
-            )
-        )
-    return out
+    if b.kv_pinned or b.gate - rest > 0:
+        return None
+    return Blocker(
+        "no-kv",
+        f"the KV cache: no memory is left for it (R {format_size(b.gate)} <= W + P + N + G_e "
+        f"{format_size(rest)})",
+        ("W", "P", "N", "G_e"),
+    )
+
+
+@blocker("request-fit", "one max_model_len request does not fit the KV cache")
+def _request_fit(config: DeploymentConfig, b: Budget) -> Blocker | None:
+    if b.request_fits or not b.request_fit_confirmed:
+        return None
+    short_pool = b.kv_blocks_override is not None and b.kv < b.request_bytes <= b.kv_natural
+    where = (
+        f"the pinned pool ({b.kv_blocks_override:,} blocks, memory.num_gpu_blocks_override) is "
+        f"{format_size(b.kv)}"
+        if short_pool
+        else f"the KV cache is {format_size(b.kv_natural)}"
+    )
+    return Blocker(
+        "request-fit",
+        f"the request fit: one {config.scheduler.max_model_len:,}-token request needs "
+        f"{format_size(b.request_bytes)} of KV per rank, {where}",
+        ("KV bytes/token",) if b.kv_pinned else ("W", "P", "N", "G_e", "KV bytes/token"),
+    )
+
+
+@blocker("runtime", "the runtime demand leaves less than memory.min_runtime_margin")
+def _runtime(config: DeploymentConfig, b: Budget) -> Blocker | None:
+    # a negative margin is the oom-risk blocker's: the runtime margin is not blamed beside it
+    if b.margin < 0 or b.runtime_margin >= b.min_runtime_margin:
+        return None
+    return Blocker(
+        "runtime",
+        f"the runtime margin: {format_size(b.runtime_margin)} < memory.min_runtime_margin "
+        f"{format_size(b.min_runtime_margin)}: after startup {format_size(b.margin)} is free and the "
+        f"{b.runtime_phase} phase needs {format_size(b.runtime_demand)}; {b.runtime_deciding} runs "
+        "out of memory",
+        _margin_terms(b),
+    )
+
+
+@blocker("oom-risk", "the margin is negative")
+def _oom_risk(config: DeploymentConfig, b: Budget) -> Blocker | None:
+    if b.margin >= 0:
+        return None
+    return Blocker(
+        "oom-risk",
+        f"the margin: {format_size(b.margin)} is negative, so unbudgeted allocations "
+        f"(X {format_size(b.x)}) can run out of memory",
+        _margin_terms(b),
+    )
+
+
+@blocker("margin", "the margin is below memory.min_margin")
+def _margin(config: DeploymentConfig, b: Budget) -> Blocker | None:
+    # a negative margin is oom-risk, said once
+    if b.margin < 0 or b.margin >= b.min_margin:
+        return None
+    return Blocker(
+        "margin",
+        f"the margin: {format_size(b.margin)} < memory.min_margin {format_size(b.min_margin)}",
+        _margin_terms(b),
+    )
 
 
 def deciding_terms(blockers: tuple[Blocker, ...] | list[Blocker]) -> tuple[str, ...]:
@@ -383,12 +435,12 @@ def deciding_terms(blockers: tuple[Blocker, ...] | list[Blocker]) -> tuple[str, 
 def judge(config: DeploymentConfig, ledger: Ledger, budget: Budget) -> Verdict:
     """The verdict of ``budget``, computed for ``config`` over ``ledger`` (whose inputs say how well each
     term is known)."""
-    blockers = tuple(_blockers(config, budget))
+    found = blockers(config, budget)
     return Verdict(
         status="caution" if budget.caution else budget.verdict,
         budget=budget,
         max_model_len=config.scheduler.max_model_len,
-        blockers=blockers,
+        blockers=found,
         sources=term_sources(budget, ledger.inputs),
-        deciding=deciding_terms(blockers),
+        deciding=deciding_terms(found),
     )
