@@ -10,10 +10,13 @@ from conftest import SEED_TURNKEY
 
 from glmlaunch.config.resolve import resolve_config
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.preflight.api import choose_backend, run_preflight
+from glmlaunch.ledger import build_ledger
+from glmlaunch.preflight.api import choose_backend, planned_allocations, run_preflight
 from glmlaunch.preflight.backends.sequence import capture_passes, covers, dcp_batch, workspace_arenas
+from glmlaunch.preflight.backends.sparkinfer import SparkinferBackend
 from glmlaunch.preflight.report import build_report
-from glmlaunch.preflight.types import PlannedAllocation
+from glmlaunch.preflight.runtime import Runtime
+from glmlaunch.preflight.types import PlannedAllocation, RankResult, WorkerSpec
 
 SCALE = ["parallel.tp=2", "parallel.dcp=2"]
 
@@ -123,3 +126,33 @@ def test_b12x_calls_bind_to_the_installed_signatures() -> None:
         _bind(cls.rollback_channels, None, (0, {}, {}, set()))
         _bind(cls.checkpoint_channels, None)
         _bind(cls.close, None)
+
+
+@pytest.mark.parametrize("profile", ["r12-exl3", "turnkey"])
+def test_sparkinfer_backend_builds_the_pools_the_ledger_prices(profile: str) -> None:
+    """For every world size, the sparkinfer backend builds a one-shot / DCP A2A pool exactly where the
+    ledger prices one: both read the one declaration of the library's world sizes."""
+    base = resolve_config(profile, [], environ={}).config
+    assert base.stack.startswith("sparkinfer")
+    seen: set[tuple[str, bool]] = set()
+    for tp in range(1, 17):
+        for dcp in (d for d in (1, 2, 4, 8, 16) if d <= tp):
+            config = base.model_copy(
+                update={"parallel": base.parallel.model_copy(update={"tp": tp, "dcp": dcp})}
+            )
+            ledger = build_ledger(config)
+            priced = {e.subsystem for e in ledger.rank0.entries}
+            spec = WorkerSpec(
+                rank=0, world_size=tp, local_device=0, device_mode="cpu", backend="sparkinfer",
+                init_file="", result_path="", config=config.model_dump(mode="json"),
+                allocations=planned_allocations(ledger), env={},
+            )
+            rt = Runtime(spec=spec, result=RankResult(rank=0, pid=0), torch=None, dist=None,
+                         config=config, device=None, cuda=False)
+            backend = SparkinferBackend(rt)
+            where = f"{profile} tp={tp} dcp={dcp}"
+            assert bool(backend.use_oneshot) == ("oneshot" in priced), where
+            assert bool(backend.use_dcp) == ("dcp_a2a" in priced), where
+            seen |= {("oneshot", bool(backend.use_oneshot)), ("dcp_a2a", bool(backend.use_dcp))}
+    # each pool is built at some world sizes and not at others: the agreement is not vacuous
+    assert seen == {(p, on) for p in ("oneshot", "dcp_a2a") for on in (True, False)}

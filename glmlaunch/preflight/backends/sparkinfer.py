@@ -48,8 +48,6 @@ from glmlaunch.preflight.backends.sequence import (
 )
 from glmlaunch.preflight.runtime import Runtime
 
-ONESHOT_WORLD_SIZES = (2, 4, 6, 8, 10)
-DCP_WORLD_SIZES = (2, 4, 8)
 #: vLLM's channel ids for the eager channels (r17+: custom_all_reduce.py, dcp_alltoall.py)
 EAGER_ALLREDUCE_ID = "vllm:eager:allreduce"
 EAGER_DCP_ID = "vllm:eager:dcp"
@@ -58,6 +56,10 @@ EXTENSIONS = {
     "dma": "sparkinfer_pcie_dma_ext",
     "dcp_a2a": "sparkinfer_pcie_dcp_a2a_ext",
 }
+
+
+def _sizes(world_sizes: tuple[int, ...]) -> str:
+    return "/".join(map(str, world_sizes))
 
 
 def _built(ext_root: Path, name: str) -> bool:
@@ -70,10 +72,11 @@ class SparkinferBackend:
         cfg = rt.config
         self.names = [a.name for a in rt.spec.allocations]
         world = rt.world_size
-        self.use_oneshot = cfg.comm.pcie_allreduce and world in ONESHOT_WORLD_SIZES
-        self.use_dma = cfg.comm.pcie_allreduce and cfg.comm.dma_min_bytes is not None and world >= 2
-        self.use_dcp = cfg.comm.dcp_a2a and rt.dcp in DCP_WORLD_SIZES
+        # the world sizes the ledger prices pools for (config.worldsizes, through the stack's row)
         k = for_stack(cfg.stack)
+        self.use_oneshot = cfg.comm.pcie_allreduce and world in k.oneshot_world_sizes
+        self.use_dma = cfg.comm.pcie_allreduce and cfg.comm.dma_min_bytes is not None and world >= 2
+        self.use_dcp = cfg.comm.dcp_a2a and rt.dcp in k.dcp_a2a_world_sizes
         #: r17+: named channels, max_concurrent_channels=2 (vLLM PR 216)
         self.semantic = k.semantic_channels
         self.pool_kwargs: dict[str, Any] = (
@@ -86,8 +89,9 @@ class SparkinferBackend:
         self.streams: list[Any] = []
         if world == 1:
             rt.note(
-                "world size 1: sparkinfer builds no pools (one-shot needs 2/4/6/8/10 ranks, DMA >= 2, "
-                "DCP A2A 2/4/8); only the indexer scratch is allocated"
+                f"world size 1: sparkinfer builds no pools (one-shot needs {_sizes(k.oneshot_world_sizes)} "
+                f"ranks, DMA >= 2, DCP A2A {_sizes(k.dcp_a2a_world_sizes)}); only the indexer scratch is "
+                "allocated"
             )
 
     # --- build -----------------------------------------------------------------------------------
