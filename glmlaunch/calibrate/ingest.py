@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
+from glmlaunch.calibrate.learn import logged_config as _logged_config
 from glmlaunch.calibrate.records import (
     LOG_GIB_RESOLUTION,
     Calibration,
@@ -112,25 +113,6 @@ def _read_boot(path: Path) -> BootLog:
             hint="ingest the whole output of `vllm serve` (its lines start with '(Worker_TP0… pid=…)')",
         )
     return boot
-
-
-def _logged_config(boot: BootLog, path: Path) -> DeploymentConfig | None:
-    """The configuration the log shows: its settings over the shipped base profile (None: it shows none)."""
-    from glmlaunch.calibrate.bootconfig import boot_settings
-    from glmlaunch.calibrate.learn import config_from_settings
-
-    settings = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
-    if not settings:
-        return None
-    try:
-        return config_from_settings(settings)
-    except GlmlaunchError as exc:
-        raise ConfigError(
-            f"the configuration this log booted does not resolve here ({exc.one_line()})",
-            key="LOG",
-            value=str(path),
-            hint="give the profile it booted with (-p NAME) or report the log",
-        ) from None
 
 
 def _record_from_log(

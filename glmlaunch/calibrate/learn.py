@@ -14,16 +14,18 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from glmlaunch.calibrate.model import Point, TermModel, checkpoint_key, fit_model
 from glmlaunch.config.schema import DeploymentConfig
-from glmlaunch.errors import ConfigError
+from glmlaunch.errors import ConfigError, GlmlaunchError
 
 if TYPE_CHECKING:
     from glmlaunch.calibrate.records import Calibration
+    from glmlaunch.vllmlog.boot import BootLog
 
 BASE_PROFILE = "r12-exl3"
 
@@ -77,6 +79,25 @@ def _config_from_settings(base: str, settings_json: str) -> DeploymentConfig:
 def config_from_settings(settings: dict[str, Any], base: str = BASE_PROFILE) -> DeploymentConfig:
     """The shipped ``base`` profile with every setting the boot logged applied on top."""
     return _config_from_settings(base, json.dumps(settings, sort_keys=True, default=str))
+
+
+def logged_config(boot: BootLog, path: Path) -> DeploymentConfig | None:
+    """The configuration the log at ``path`` booted: the settings it shows over the shipped base profile
+    (None: it shows none). A ConfigError (key ``LOG``) where those settings do not resolve here."""
+    from glmlaunch.calibrate.bootconfig import boot_settings
+
+    settings = boot_settings(boot.boot_config) if boot.boot_config is not None else {}
+    if not settings:
+        return None
+    try:
+        return config_from_settings(settings)
+    except GlmlaunchError as exc:
+        raise ConfigError(
+            f"the configuration this log booted does not resolve here ({exc.one_line()})",
+            key="LOG",
+            value=str(path),
+            hint="give the profile it booted with (-p NAME) or report the log",
+        ) from None
 
 
 @lru_cache(maxsize=64)

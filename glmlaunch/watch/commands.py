@@ -280,7 +280,7 @@ def run_watch(args: WatchArgs) -> None:
 def run_explain_oom(
     log: Path, profile: str | None, overrides: Sequence[str], *, as_json: bool, ingest: bool
 ) -> None:
-    from glmlaunch.calibrate.ingest import _logged_config
+    from glmlaunch.calibrate.learn import logged_config
     from glmlaunch.config.commands import resolve
     from glmlaunch.config.limits import MAX_BOOT_LOG_BYTES
     from glmlaunch.config.safeload import read_file
@@ -306,7 +306,7 @@ def run_explain_oom(
     named = profile is not None or bool(overrides)
     from_log = False
     try:
-        logged = _logged_config(boot, log)
+        logged = logged_config(boot, log)
     except ConfigError:
         if not named:
             raise

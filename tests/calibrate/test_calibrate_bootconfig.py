@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from glmlaunch.calibrate.bootconfig import boot_env, boot_settings, map_boot
+from glmlaunch.calibrate.learn import logged_config
+from glmlaunch.errors import ConfigError
 from glmlaunch.vllmlog.boot import parse_log_file
 from glmlaunch.vllmlog.bootconfig import (
     BootConfig,
@@ -340,3 +342,23 @@ def test_a_log_cut_anywhere_never_raises() -> None:
     start = text.index("non-default args")
     for cut in range(start, start + 4000, 37):
         parse_boot_config(text[:cut])
+
+
+def test_logged_config_resolves_the_configuration_a_log_booted(tmp_path: Path) -> None:
+    path = LOGS / BASELINE
+    config = logged_config(parse_log_file(path), path)
+    assert config is not None
+    assert (config.parallel.tp, config.parallel.dcp, config.model.path) == (4, 4, MODEL)
+    # a log without a `non-default args:` line shows no configuration
+    bare = LOGS.parent / "watch" / "oom.log"
+    assert logged_config(parse_log_file(bare), bare) is None
+    # settings that do not resolve here: a ConfigError on the log, naming why
+    odd = tmp_path / "odd.log"
+    text = path.read_text(encoding="utf-8")
+    assert "'kv_cache_dtype': 'nvfp4_ds_mla'" in text
+    odd.write_text(text.replace("'kv_cache_dtype': 'nvfp4_ds_mla'", "'kv_cache_dtype': 'bogus'"))
+    with pytest.raises(ConfigError) as err:
+        logged_config(parse_log_file(odd), odd)
+    assert err.value.key == "LOG" and err.value.value == str(odd)
+    assert err.value.message.startswith("the configuration this log booted does not resolve here (")
+    assert "memory.kv_cache_dtype" in err.value.message
