@@ -12,7 +12,8 @@ cannot disagree on the same figures:
   decodes) needs more than the memory left after startup (the runtime demand, :mod:`.demand`);
 * **blockers**: every constraint that fails, in vLLM's order (start gate, no KV memory, one
   ``max_model_len`` request, the margin), each with its own message: a message names the constraint that
-  really fails, never "the margin" when the request fit is what stops it;
+  really fails, never "the margin" when the request fit is what stops it; one declared check per
+  :data:`BlockerId` in :data:`BLOCKERS`, as :mod:`glmlaunch.config.rules` declares validation;
 * **confidence**: ``confirmed`` when every term that decides the verdict comes from calibration records
   (the term model fitted on boot logs of this rig shape), the profile or an exact formula;
   ``rig-defaults`` when one rests on the rig defaults (fitted on the shipped field logs, not on a boot
