@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glmlaunch.calibrate.fingerprint import make_fingerprint
-from glmlaunch.calibrate.learn import logged_config as _logged_config
+from glmlaunch.calibrate.learn import logged_config
 from glmlaunch.calibrate.records import (
     LOG_GIB_RESOLUTION,
     Calibration,
@@ -124,7 +124,7 @@ def _record_from_log(
     versions: Mapping[str, str | None] | None,
 ) -> Calibration:
     boot = _read_boot(path)
-    logged = boot_cfg = _logged_config(boot, path)
+    logged = boot_cfg = logged_config(boot, path)
     notes: list[str] = []
     if boot_cfg is None:
         if config is None:
@@ -195,7 +195,7 @@ def ingest_launched(
     why: str | None = None
     logged: DeploymentConfig | None = None
     try:
-        logged = _logged_config(boot, path)
+        logged = logged_config(boot, path)
     except ConfigError as exc:
         why = f"the log's own configuration does not resolve here ({exc.message})"
     notes: list[str] = []
