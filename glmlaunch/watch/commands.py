@@ -287,11 +287,11 @@ def run_explain_oom(
     from glmlaunch.vllmlog.boot import parse_log_file
     from glmlaunch.vllmlog.events import is_ready_line
     from glmlaunch.vllmlog.lines import iter_messages
-    from glmlaunch.watch.oom import distinct, explain, when_of
+    from glmlaunch.watch.oom import explain, the_oom, when_of
 
     boot = parse_log_file(log)
-    events = distinct(boot.runtime_events)
-    if not events:
+    event, others = the_oom(boot.runtime_events)
+    if event is None:
         raise ConfigError(
             "no CUDA out-of-memory line (`Tried to allocate X … of which Y is free`) in the log",
             key="LOG",
@@ -328,8 +328,7 @@ def run_explain_oom(
         warn(line)
     note(plan.message)
     explained = [
-        explain(e, plan, source=f"{log.name}'s OOM", when=when_of(e, boot, ready_in_log=ready_in_log))
-        for e in events
+        explain(event, plan, source=f"{log.name}'s OOM", when=when_of(event, boot, ready_in_log=ready_in_log))
     ]
     against = (
         name
@@ -368,6 +367,7 @@ def run_explain_oom(
                     "verdict": plan.verdict.status,
                 },
                 "ooms": [x.to_json() for x in explained],
+                "other_ooms": others.to_json(),
                 "ingested_record": record_id,
             }
         )
@@ -375,6 +375,9 @@ def run_explain_oom(
     output.out_console.print(f"against {against}", markup=False, highlight=False)
     for x in explained:
         _print_explanation(x)
+    counted = others.text()
+    if counted is not None:
+        output.out_console.print(counted, markup=False, highlight=False)
     if not ingest and any(x.best.phase == "runtime" for x in explained):
         hint = _ingest_command(log, None if from_log else profile_ref, overrides)
         more = f" (or glmlaunch calibrate ingest {shlex.quote(str(log))})" if from_log else ""

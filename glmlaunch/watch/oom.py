@@ -26,6 +26,10 @@ predicts it); as a startup OOM, ``margin - free`` (the plan has at least ``margi
 startup). The one the plan explains best is the most likely; the other is listed with its own fixes.
 A latent entry (the plan marks it "reachable by other callers, not charged") is never the most likely:
 it is named in a note when its size would fit.
+
+**A log of many OOMs** (every rank, every request that failed): the one explained is the one proving the
+largest demand (:func:`the_oom`); the others are counted, by their distinct (when, tried, free) readings,
+not each planned again: the fixes are planned once, so the cost is the log's parse.
 """
 
 from __future__ import annotations
@@ -576,16 +580,74 @@ def when_of(event: RuntimeEvent, boot: BootLog, *, ready_in_log: bool) -> When:
     return "startup" if booted and not sized else "unknown"
 
 
-def distinct(events: Sequence[RuntimeEvent]) -> list[RuntimeEvent]:
-    """The OOMs of a log, one per (when, size, free): ranks failing alike are one failure, said once."""
-    seen: set[tuple[bool, int | None, int]] = set()
-    out: list[RuntimeEvent] = []
-    for e in events:
-        if e.kind != "oom":
+Reading = tuple[bool, int | None, int]
+
+
+def reading(event: RuntimeEvent) -> Reading:
+    """What an OOM line reads (when, tried, free): ranks failing alike read the same, one failure."""
+    return (event.after_ready, event.tried_bytes, event.free_bytes)
+
+
+@dataclass(frozen=True)
+class Others:
+    """A log's OOMs besides the one explained: counted, not each planned again (5,000 of them cost
+    minutes of planning and say nothing the one that proves the largest demand does not)."""
+
+    lines: int  # OOM lines that do not read as the one explained
+    readings: int  # their distinct (when, tried, free) readings
+    same: int  # further lines reading exactly as the one explained (other ranks failing alike)
+    largest_tried_bytes: int | None
+    least_free_bytes: int | None
+
+    def text(self) -> str | None:
+        if not self.lines and not self.same:
+            return None
+        parts = []
+        if self.same:
+            parts.append(f"{self.same:,} more OOM line(s) read the same (other ranks failing alike)")
+        if self.lines:
+            tried = format_size(self.largest_tried_bytes) if self.largest_tried_bytes is not None else "?"
+            free = format_size(self.least_free_bytes) if self.least_free_bytes is not None else "?"
+            parts.append(
+                f"{self.lines:,} other OOM line(s) ({self.readings:,} distinct readings; at most {tried} "
+                f"tried, at least {free} free) prove no more demand: counted, not explained"
+            )
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "lines": self.lines,
+            "readings": self.readings,
+            "same_lines": self.same,
+            "largest_tried_bytes": self.largest_tried_bytes,
+            "least_free_bytes": self.least_free_bytes,
+        }
+
+
+def the_oom(events: Sequence[RuntimeEvent]) -> tuple[RuntimeEvent | None, Others]:
+    """The OOM that matters, and the others counted. It is the one proving the largest demand,
+    ``margin - free + tried`` (what :func:`glmlaunch.calibrate.apply.raise_by_evidence` keeps of a
+    record's OOMs: a fix that keeps it keeps every smaller one); of equal ones the last in the log (the
+    one that ended the run). The plan's margin is the same for every line: ``tried - free`` orders them."""
+    best: RuntimeEvent | None = None
+    best_key = 0
+    ooms = [e for e in events if e.kind == "oom"]
+    readings: set[Reading] = set()
+    for e in ooms:
+        if reading(e) in readings:  # a rank failing as one before it did: the first says it
             continue
-        key = (e.after_ready, e.tried_bytes, e.free_bytes)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(e)
-    return out
+        readings.add(reading(e))
+        key = (e.tried_bytes or 0) - e.free_bytes
+        if best is None or key >= best_key:
+            best, best_key = e, key
+    if best is None:
+        return None, Others(0, 0, 0, None, None)
+    mine = reading(best)
+    rest = [e for e in ooms if reading(e) != mine]
+    return best, Others(
+        lines=len(rest),
+        readings=len(readings) - 1,
+        same=sum(1 for e in ooms if reading(e) == mine) - 1,
+        largest_tried_bytes=max((e.tried_bytes for e in rest if e.tried_bytes is not None), default=None),
+        least_free_bytes=min((e.free_bytes for e in rest), default=None),
+    )
