@@ -17,12 +17,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from glmlaunch.vllmlog.events import exception_name_re
+
 #: each probe waits this long for an answer (the wrappers' ``curl --max-time 1``)
 PROBE_TIMEOUT_S = 1.0
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_EXCEPTION_RE = re.compile(
-    r"\b((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit)):? ?(.*)"
-)
+#: an exception line, by the log grammar's rule for a name (a name starts only where a dotted name can: a
+#: search from every part of a long ``a.b.c.…`` chain was quadratic in the line); ``SystemExit`` too
+_EXCEPTION_RE = exception_name_re("Error|Exception|Exit", r":? ?(.*)")
 _FATAL_RE = re.compile(r"\b(ERROR|CRITICAL|FATAL|Traceback)\b")
 
 

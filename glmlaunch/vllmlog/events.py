@@ -123,10 +123,16 @@ def free_reading(gpu: int, free_mib: int) -> str:
 #: A Python exception line: ``torch.OutOfMemoryError: CUDA out of memory…`` (the name, the message).
 #: A name starts only where a dotted name can (not after ``word.``): a search that tried every part of
 #: a long ``a.b.c.…`` chain again would be quadratic in the line (a 256 KiB line: minutes).
-EXCEPTION_RE = re.compile(
-    r"(?<![A-Za-z0-9_])(?<![A-Za-z0-9_]\.)"
-    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)"
-)
+def exception_name_re(suffixes: str = "Error|Exception", rest: str = r": (.+)") -> re.Pattern[str]:
+    """A dotted exception name ending in one of ``suffixes`` (group 1), then ``rest``: the one grammar of
+    an exception's name, for every reader of one (the probes of a managed LMCache server too)."""
+    return re.compile(
+        r"(?<![A-Za-z0-9_])(?<![A-Za-z0-9_]\.)"
+        rf"((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*(?:{suffixes})){rest}"
+    )
+
+
+EXCEPTION_RE = exception_name_re()
 #: the words :data:`EXCEPTION_RE` needs (a cheap test before it)
 EXCEPTION_LEADS = ("Error: ", "Exception: ")
 #: What vLLM writes when its engine dies (v1: core.py, core_client.py, engine/utils.py, exceptions.py).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -250,3 +251,24 @@ def test_root_cause_is_the_exception_line_else_the_last_error() -> None:
     assert root_cause(tb) == "OSError: [Errno 98] Address already in use"
     assert root_cause(["INFO a", "ERROR cannot pin 125 GiB", "INFO b"]) == "ERROR cannot pin 125 GiB"
     assert root_cause(["INFO all fine"]) is None
+
+
+def test_root_cause_reads_a_hostile_line_in_linear_time() -> None:
+    """A long ``A.A.A.…`` line (what a crashing server can print: a repr, a path) costs 4x at 4x the
+    length, not 16x: an exception name starts only where a dotted name can (the log grammar's
+    :func:`glmlaunch.vllmlog.events.exception_name_re`), not at every part of the chain again."""
+
+    def cost(size: int) -> float:
+        line = ("A." * size)[:size]
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            assert root_cause([line]) is None
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    small, large = cost(16_384), cost(65_536)
+    # linear is ~4x; the search from every ``A`` (the pattern this replaced) was ~16x and seconds
+    assert large / small < 8, f"4x the line cost {large / small:.1f}x ({small:.4f} s, {large:.4f} s)"
+    assert root_cause(["x.y.SystemExit: 3"]) == "x.y.SystemExit: 3"
+    assert root_cause(["a.b.c.RuntimeError boom"]) == "a.b.c.RuntimeError boom"
