@@ -105,6 +105,11 @@ def _read_boot(path: Path) -> BootLog:
         raise ConfigError(
             f"cannot read the log: {exc.strerror or exc}", key="LOG", value=short(path, 200)
         ) from None
+    return _vllm_boot(boot, path)
+
+
+def _vllm_boot(boot: BootLog, path: Path) -> BootLog:
+    """``boot`` (parsed from ``path``) when it is a vLLM boot; else why not."""
     if not boot.ranks and not boot.refused:
         raise ConfigError(
             "no vLLM worker lines in this file",
@@ -180,8 +185,12 @@ def ingest_launched(
     store: Store | None,
     supervised: SupervisedBoot | None = None,
     versions: Mapping[str, str | None] | None = None,
+    parsed: BootLog | None = None,
 ) -> Ingested:
     """The record of a boot glmlaunch launched itself (``serve --supervise``), keyed on ``launched``.
+
+    ``parsed``: the log at ``path`` as the caller has parsed it already (the supervisor, after a boot that
+    never became ready, parses it for its verdict): not read again; else ``path`` is read and parsed.
 
     The key is what glmlaunch started, never re-inferred from the log; everything measured (the parsed
     log, each rank's terms, the device total) is what ``calibrate ingest`` makes of the same file. A log
@@ -191,7 +200,7 @@ def ingest_launched(
     """
     from glmlaunch.calibrate.evidence import boot_disagreements, launch_disagreements
 
-    boot = _read_boot(path)
+    boot = _read_boot(path) if parsed is None else _vllm_boot(parsed, path)
     why: str | None = None
     logged: DeploymentConfig | None = None
     try:

@@ -676,8 +676,9 @@ def _supervised(
     return SupervisedBoot(boot_id=run.boot.boot_id, outcome=outcome, exit_status=status, diagnosis=diagnosis)
 
 
-def _ingest(run: _Run, supervised: SupervisedBoot) -> Calibration | None:
-    """The record of boot.log, keyed on the launch; saved. None (with the reason kept) when there is none."""
+def _ingest(run: _Run, supervised: SupervisedBoot, parsed: BootLog | None = None) -> Calibration | None:
+    """The record of boot.log, keyed on the launch; saved. None (with the reason kept) when there is none.
+    ``parsed``: boot.log as parsed already (after vLLM exited), so the log is parsed once."""
     from glmlaunch.calibrate.ingest import ingest_launched
     from glmlaunch.calibrate.store import Store
 
@@ -691,6 +692,7 @@ def _ingest(run: _Run, supervised: SupervisedBoot) -> Calibration | None:
             inventory=launch.inventory,
             store=Store.default(launch.caller_env),
             supervised=supervised,
+            parsed=parsed,
         )
     except GlmlaunchError as exc:
         run.record_problem = exc.message
@@ -820,7 +822,7 @@ def _after_exit(
         _step(
             run,
             "the calibration record",
-            lambda: _safely("the calibration record", lambda: _ingest(run, final)),
+            lambda: _safely("the calibration record", lambda: _ingest(run, final, parsed)),
             on_reaped,
         )
         if run.skipped is not None and run.record is None:
