@@ -10,9 +10,10 @@ own arithmetic or physics, with the tolerance of the two-decimal GiB figures it 
   most T; nothing the log says was allocated (W, P, N, G, KV, the requested budget R, an OOM's allocation)
   is larger than T; an OOM's free memory is at most its total;
 * **the free-memory line against itself** (vLLM's ``gpu_worker.py``, which prints it): R = GMU x T; the two
-  ``--kv-cache-memory-bytes`` suggestions are R, resp. F0, less W + P + N + G and vLLM's 150 MiB buffer, and
-  each is the figure printed beside it (``(2.08 GiB)``); the KV memory "in use" is the available KV memory
-  logged before (one variable printed twice);
+  ``--kv-cache-memory-bytes`` suggestions (newer builds print ``--kv-cache-memory=``: the same setting, the
+  same bytes; the messages below name it by the flag vLLM takes) are R, resp. F0, less W + P + N + G and
+  vLLM's 150 MiB buffer, and each is the figure printed beside it (``(2.08 GiB)``); the KV memory "in use"
+  is the available KV memory logged before (one variable printed twice);
 * **the KV cache**: the engine's token count is what the logged KV memory holds at the record's
   configuration's bytes per token (whole 64-token blocks per rank, times DCP), where vLLM sized the pool;
 * **the launched configuration**: the GMU in the free-memory line is the configuration's; a

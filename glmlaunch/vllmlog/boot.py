@@ -7,7 +7,8 @@ and which were not, and names a line whose opening words were seen but whose bod
 truncated write, or a format this parser does not know).
 
 Values printed in GiB with two decimals are converted to bytes and carry that rounding (±5 MiB); the two
-``--kv-cache-memory-bytes`` suggestions are exact bytes, and so is their difference F0 - R.
+``--kv-cache-memory-bytes`` (newer builds: ``--kv-cache-memory``) suggestions are exact bytes, and so is
+their difference F0 - R.
 Pure functions over strings; :func:`parse_log_file` is the only one that touches the filesystem.
 """
 
@@ -449,6 +450,11 @@ ROUTE_PACK_RE = re.compile(
 ACCUMULATED = frozenset({"r7_arena", "r7_fused"})
 ACCUMULATED_FIELDS = ("r7_arenas", "r7_fused_layers")
 
+#: the flag the free-memory line suggests, as vLLM's gpu_worker.py prints it: ``--kv-cache-memory-bytes=``
+#: (the builds of the shared boot logs), ``--kv-cache-memory=`` (local-inference-lab/vllm main 28be48f,
+#: vllm/v1/worker/gpu_worker.py L704-722); both name ``kv_cache_memory_bytes``, the same bytes
+KV_FLAG = r"--kv-cache-memory(?:-bytes)?"
+
 _WORKER_MATCHERS: tuple[_Matcher, ...] = (
     _Matcher(
         "weights",
@@ -490,9 +496,9 @@ _WORKER_MATCHERS: tuple[_Matcher, ...] = (
             rf" weight, {named('p')} GiB for peak activation,"
             rf" {named('n')} GiB for non-torch memory, and"
             rf" {named('g')} GiB for CUDAGraph memory\..{{0,1024}}?"
-            r"--kv-cache-memory-bytes=(?P<kvreq>-?[0-9]+)`(?: \((?P<kvreqp>-?[0-9]+(?:\.[0-9]+)?) GiB\))?"
+            rf"{KV_FLAG}=(?P<kvreq>-?[0-9]+)`(?: \((?P<kvreqp>-?[0-9]+(?:\.[0-9]+)?) GiB\))?"
             r".{0,1024}?to fit into requested memory, or"
-            r" `--kv-cache-memory-bytes=(?P<kvgpu>-?[0-9]+)`(?: \((?P<kvgpup>-?[0-9]+(?:\.[0-9]+)?) GiB\))?"
+            rf" `{KV_FLAG}=(?P<kvgpu>-?[0-9]+)`(?: \((?P<kvgpup>-?[0-9]+(?:\.[0-9]+)?) GiB\))?"
             r".{0,1024}?to fully utilize gpu memory\."
             rf" Current kv cache memory in use is {named('kvuse')} GiB"
         ),

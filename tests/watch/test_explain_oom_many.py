@@ -69,7 +69,11 @@ def test_many_ooms_plan_as_often_as_the_one_that_matters(
         a, b = json.loads(single_out), json.loads(many_out)
         assert b["ooms"] == a["ooms"]  # the same OOM, explained alike
         assert a["other_ooms"] == {
-            "lines": 0, "readings": 0, "same_lines": 0, "largest_tried_bytes": None, "least_free_bytes": None
+            "lines": 0,
+            "readings": 0,
+            "same_lines": 0,
+            "largest_tried_bytes": None,
+            "least_free_bytes": None,
         }
         assert b["other_ooms"] == {
             "lines": 300,
