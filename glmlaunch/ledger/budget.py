@@ -62,7 +62,9 @@ class Budget(NamedTuple):
     kv_tokens: int  # tokens the KV budget holds across the DCP group
     request_bytes: int  # one max_model_len request, per rank
     request_fits: bool
-    recommended_kv_cache_memory_bytes: int
+    #: the KV size that keeps the minimum margin and the runtime demand; None when no pool keeps them (the
+    #: advice names the obstacle: plan/advice.py), never a pool of 0 bytes
+    recommended_kv_cache_memory_bytes: int | None
     # The request check rests on W and KV bytes/token. It decides the verdict when both come from the
     # profile, calibration (records, or the rig defaults fitted on the rig's real boots, estimates
     # included) or a formula; only a built-in default figure (another GPU's, a fallback size) leaves a
@@ -294,7 +296,7 @@ def compute_budget(
         kv_tokens=tokens,
         request_bytes=need,
         request_fits=fits,
-        recommended_kv_cache_memory_bytes=max(0, recommended),
+        recommended_kv_cache_memory_bytes=recommended if recommended > 0 else None,
         request_fit_confirmed=confirmed,
         cautions=tuple(cautions),
         kv_natural=natural,

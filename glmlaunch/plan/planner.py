@@ -262,7 +262,10 @@ class BudgetDoc(_Doc):
     kv_tokens: int
     max_model_len_request_bytes: int
     max_model_len_fits: bool
-    recommended_kv_cache_memory_bytes: int
+    recommended_kv_cache_memory_bytes: int | None = Field(
+        description="the --kv-cache-memory-bytes that keeps the minimum margin and the runtime demand; null "
+        "when no pool keeps the plan (the text plan names the obstacle instead)"
+    )
     # Added in version 1 (compatible): the pinned pool.
     kv_cache_natural_bytes: int = Field(
         0,

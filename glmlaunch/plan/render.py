@@ -306,6 +306,13 @@ def advice_lines(result: ProfilePlan) -> list[str]:
     blocked = obstacle(b)
     if blocked is not None:
         return [blocked]
+    if b.recommended_kv_cache_memory_bytes is None:
+        # a pool fits at the figures, none at the band's low edge (where the recommendations are made)
+        return [
+            "no --kv-cache-memory-bytes keeps the minimum margin and the runtime demand at the band's low "
+            "edge (docs/memory-model.md §11)",
+            f"recommended for the runtime margin: {result.verdict.recommendation()}",
+        ]
     return [
         f"recommended --kv-cache-memory-bytes={b.recommended_kv_cache_memory_bytes} "
         f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin and the runtime demand",

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -84,6 +84,16 @@ TIME_LIMIT_S = 4.0
 
 class SearchLimitError(ConfigError):
     """The search hit :data:`MAX_EVALUATIONS` or :data:`TIME_LIMIT_S` before it could prove an answer."""
+
+
+def _least_pool(pools: Iterable[int | None]) -> int | None:
+    """The smallest recommended pool of the ranks; None when one rank has none (no pool keeps it)."""
+    least: int | None = None
+    for pool in pools:
+        if pool is None:
+            return None
+        least = pool if least is None else min(least, pool)
+    return least
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,8 @@ class Evaluation:
     required_margin: int
     #: (blocker id, message) of every constraint that fails, as the verdict names them
     blockers: tuple[tuple[str, str], ...]
-    recommended_kv_cache_memory_bytes: int
+    #: the smallest of the ranks' recommendations; None when no pool keeps some rank's plan
+    recommended_kv_cache_memory_bytes: int | None
     #: the verdict's cautions here (one request's fit where it rests on estimates): shown, not decided on
     cautions: tuple[str, ...] = ()
 
@@ -300,7 +311,7 @@ class Evaluator:
             max(b.request_bytes for b in budgets),
             self.required_margin,
             tuple(blockers),
-            min(b.recommended_kv_cache_memory_bytes for b in budgets),
+            _least_pool(b.recommended_kv_cache_memory_bytes for b in budgets),
             tuple(cautions),
         )
         self.cache[index] = ev
@@ -749,7 +760,7 @@ def overlay_yaml(result: SearchResult, *, extends: str, command: str) -> str:
         header.append(f"next step {side} ({up}) fails: {why}")
     else:
         header.append(f"{result.knob.show(best.value)} is the end of the searched range")
-    if result.knob.objective != "max-kv-bytes":
+    if result.knob.objective != "max-kv-bytes" and best.recommended_kv_cache_memory_bytes is not None:
         header.append(
             f"to pin the KV cache instead of sizing it by GMU (keeps exactly the required margin): "
             f"memory.kv_cache_memory_bytes: {best.recommended_kv_cache_memory_bytes}"
@@ -1055,10 +1066,12 @@ def run_search(
             if result.objective == "max-kv-bytes"
             else result.best.recommended_kv_cache_memory_bytes
         )
-        if not as_json:  # data: on stdout, as in the JSON (kv_cache_memory_bytes)
+        if not as_json and pinned is not None:  # data: on stdout, as in the JSON (kv_cache_memory_bytes)
             out_text(
                 f"pinned alternative: --kv-cache-memory-bytes={pinned} (keeps exactly the required margin)"
             )
+        elif not as_json:
+            note("no pinned alternative: no --kv-cache-memory-bytes keeps the required margin")
     else:
         first, last = (result.knob.show(v) for v in (result.range_start, result.range_end))
         raise MarginError(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 from glmlaunch.config.units import format_size
@@ -66,3 +68,56 @@ def test_the_obstacle_is_the_budget_arithmetic() -> None:
         said = obstacle(b) or ""
         over = b.w - b.f0 if b.w >= b.f0 else b.w + b.p + b.n + b.g_e - b.f0
         assert format_size(over if over >= 0 else -room_for_pool(b)) in said
+
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = REPO / "tests" / "fixtures" / "inventories" / "rtxpro6000x4.json"
+
+
+def _schema(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads((REPO / "docs" / name).read_text()))
+
+
+def test_a_refused_plan_recommends_no_pool_in_json(clean_env: dict[str, str]) -> None:
+    """No pool keeps the plan: the JSON says null, as the text names the obstacle, never a pool of 0 B."""
+    code, _, doc = _plan(clean_env, *TP2_48)
+    assert code == 4
+    _schema("plan-schema-v1.json").validate(doc)
+    budget = doc["budget"]
+    assert isinstance(budget, dict) and budget["recommended_kv_cache_memory_bytes"] is None
+    # a plan that fits recommends a pool of its size
+    _, _, ok = _plan(clean_env)
+    assert ok["budget"]["recommended_kv_cache_memory_bytes"] > 0  # type: ignore[index]
+    # check: the same budget, the same null
+    done = run_cli(
+        "check", "-p", "turnkey", "--set", "parallel.tp=2", "--set", "parallel.dcp=1",
+        "--inventory", str(INVENTORY), "--json", env=clean_env,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    [memory] = [r for r in json.loads(done.stdout)["results"] if r["name"] == "memory_verdict"]
+    assert memory["status"] == "FAIL" and memory["details"]["recommended_kv_cache_memory_bytes"] is None
+    # calibrate search: no value fits, and the closest it tried has no pool for the margin either
+    done = run_cli(
+        "calibrate", "search", "-p", "turnkey", "--set", "hardware.memory_per_gpu=85GiB", "--no-write",
+        "--json", env=clean_env,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    search = json.loads(done.stdout)
+    _schema("schemas/calibrate-search.schema.json").validate(search)
+    assert search["kv_cache_memory_bytes"] is None
+    assert search["closest_failed"]["kv_cache_memory_bytes_for_margin"] is None
+
+
+def test_a_pool_that_fits_only_at_the_figures_is_no_recommendation(clean_env: dict[str, str]) -> None:
+    """At 89,088 MiB a pool fits at the figures (no obstacle) but none at the band's low edge, where the
+    recommendations are made: the text says so and the JSON says null (it printed `=0 (0 B)`)."""
+    at = ("--set", "hardware.memory_per_gpu=89088MiB")
+    code, text, doc = _plan(clean_env, *at)
+    assert code == 4
+    assert room_for_pool(plan_profile("turnkey", [at[1]]).budget) > 0
+    assert not ZERO.search(text), text
+    assert (
+        "no --kv-cache-memory-bytes keeps the minimum margin and the runtime demand at the band's low edge"
+        in text
+    )
+    assert doc["budget"]["recommended_kv_cache_memory_bytes"] is None  # type: ignore[index]

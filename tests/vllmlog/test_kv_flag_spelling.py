@@ -108,7 +108,7 @@ def test_the_evidence_checks_read_the_newer_spelling(tmp_path: Path) -> None:
     assert forged.count(NEW) == text.count(NEW) and forged != text
     why = [d.text() for d in boot_disagreements(parse_log_text(forged), None)]
     assert any(
-        "--kv-cache-memory-bytes to fully use the GPU 10,277,934,100 disagrees with the 8.30 GiB vLLM printed "
-        "beside it" in w
+        "--kv-cache-memory-bytes to fully use the GPU 10,277,934,100 disagrees with the 8.30 GiB vLLM "
+        "printed beside it" in w
         for w in why
     ), why
