@@ -15,13 +15,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, field_validator, model_validator
 
 from glmlaunch.calibrate.fingerprint import Fingerprint
 from glmlaunch.calibrate.terms import CalibratedTerms
 from glmlaunch.config.schema import DeploymentConfig
 from glmlaunch.config.units import GIB
 from glmlaunch.vllmlog.boot import BootLog, RankObservation
+from glmlaunch.vllmlog.events import RuntimeEvent
 
 RECORD_KIND: Final = "glmlaunch-calibration"
 #: 2: the whole configuration the record is keyed on (``config``). Schema 1 kept dotted settings over a
@@ -56,6 +57,28 @@ class SupervisedBoot(BaseModel):
     diagnosis: str | None = None
 
 
+#: Runtime readings a record keeps. A serve log that OOMs on every request for hours holds thousands of OOM
+#: lines that differ only in their timestamps; what the plan learns from them is the demand each reading
+#: proves (calibrate/apply.py: the largest tried - free), so a record keeps each distinct reading once and,
+#: past this many, the most demanding ones: a record stays far inside the store's key limit (MAX_KEYS).
+MAX_RECORD_EVENTS: Final = 256
+
+
+def compact_events(events: list[RuntimeEvent]) -> list[RuntimeEvent]:
+    """``events`` with each distinct reading (kind, GPU, allocation, free, total, before/after ready) once,
+    the first line that showed it kept as its example, in log order; past :data:`MAX_RECORD_EVENTS`, the
+    most demanding readings (largest allocation over free memory)."""
+    seen: dict[tuple[object, ...], RuntimeEvent] = {}
+    for e in events:
+        seen.setdefault((e.kind, e.gpu, e.tried_bytes, e.free_bytes, e.total_bytes, e.after_ready), e)
+    kept = list(seen.values())
+    if len(kept) <= MAX_RECORD_EVENTS:
+        return kept
+    order = {id(e): i for i, e in enumerate(kept)}
+    top = sorted(kept, key=lambda e: ((e.tried_bytes or 0) - e.free_bytes, -order[id(e)]), reverse=True)
+    return sorted(top[:MAX_RECORD_EVENTS], key=lambda e: order[id(e)])
+
+
 class Calibration(BaseModel):
     """One ingested boot. ``ranks`` holds the derived terms; ``boot`` keeps everything the log said."""
 
@@ -81,6 +104,14 @@ class Calibration(BaseModel):
     # Why the log's figures are no evidence (:mod:`.evidence`): the boot is kept, never learned from.
     # ``calibrate ingest`` refuses such a log instead; only a supervised boot's record is kept with it.
     evidence_refused: str | None = None
+
+    @field_validator("boot")
+    @classmethod
+    def _bounded_events(cls, boot: BootLog) -> BootLog:
+        compact = compact_events(boot.runtime_events)
+        if len(compact) == len(boot.runtime_events):
+            return boot
+        return boot.model_copy(update={"runtime_events": compact})
 
     @model_validator(mode="after")
     def _one_term_set_per_rank(self) -> Calibration:
