@@ -92,7 +92,7 @@ GIB_FIGURES = {
 
 
 @seeded
-@fuzz_settings(100)
+@fuzz_settings(60)
 @given(
     data=st.data(),
     name=st.sampled_from(sorted([*GIB_FIGURES, "gmu", "kvreq", "kvgpu"])),
@@ -158,7 +158,7 @@ def echoed(draw: st.DrawFn) -> str:
 
 
 @seeded
-@fuzz_settings(100)
+@fuzz_settings(60)
 @given(lines=st.lists(echoed(), min_size=1, max_size=6))
 def test_an_echoed_prompt_is_never_an_event(case: Any, lines: list[str]) -> None:
     c = case()
@@ -191,7 +191,7 @@ def absurd_line(draw: st.DrawFn) -> str:
 
 
 @seeded
-@fuzz_settings(100)
+@fuzz_settings(60)
 @given(lines=st.lists(absurd_line(), min_size=1, max_size=4), ready=st.booleans())
 def test_absurd_figures_are_read_or_refused_never_a_crash(case: Any, lines: list[str], ready: bool) -> None:
     c = case()

@@ -127,7 +127,7 @@ def oom_log(draw: st.DrawFn) -> str:
 
 
 @seeded
-@fuzz_settings(300)
+@fuzz_settings(120)
 @given(
     log=oom_log(),
     command=st.sampled_from(

@@ -113,7 +113,7 @@ def _profiled(command: tuple[str, ...], profile: str) -> list[str]:
 
 
 @seeded
-@fuzz_settings(2400)
+@fuzz_settings(1600)
 @given(
     data=st.data(),
     command=st.sampled_from(COMMANDS),
@@ -150,7 +150,7 @@ def _env_name(key: str) -> str:
 
 
 @seeded
-@fuzz_settings(1500)
+@fuzz_settings(1000)
 @given(
     data=st.data(),
     command=st.sampled_from(COMMANDS[:8]),
@@ -227,7 +227,7 @@ def mutated_profile(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 
 
 @seeded
-@fuzz_settings(1300)
+@fuzz_settings(750)
 @given(
     profile=mutated_profile(),
     base=st.one_of(st.none(), mutated_profile()),
@@ -289,7 +289,7 @@ def mutated_inventory(draw: st.DrawFn) -> str:
 
 
 @seeded
-@fuzz_settings(1100)
+@fuzz_settings(700)
 @given(
     inventory=mutated_inventory(),
     command=st.sampled_from(
@@ -334,7 +334,7 @@ def mutated_log(draw: st.DrawFn) -> str:
 
 
 @seeded
-@fuzz_settings(900)
+@fuzz_settings(600)
 @given(
     log=mutated_log(),
     command=st.sampled_from(
@@ -373,7 +373,7 @@ def real_records() -> list[dict[str, Any]]:
 
 
 @seeded
-@fuzz_settings(600)
+@fuzz_settings(400)
 @given(
     data=st.data(),
     command=st.sampled_from(
@@ -436,7 +436,7 @@ _NAMES = st.one_of(
 
 
 @seeded
-@fuzz_settings(800)
+@fuzz_settings(550)
 @given(
     name=_NAMES,
     command=st.sampled_from(

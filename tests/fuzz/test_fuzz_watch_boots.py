@@ -139,7 +139,7 @@ def _check_facts(facts: Any) -> None:
 
 
 @seeded
-@fuzz_settings(120)
+@fuzz_settings(60)
 @given(data=st.data())
 def test_hostile_replies_are_a_state_never_a_crash(server: HostileServer, data: st.DataObject) -> None:
     script = data.draw(reply(server.port), label="reply")
