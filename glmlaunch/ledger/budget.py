@@ -353,12 +353,12 @@ def _ranges(
 
     def edge(over: int, u_pre_delta: int) -> tuple[int, int]:
         terms_at = rest + over
-        # unclamped: where no pool is left vLLM refuses (the request fit says so), the margin is what
-        # the gate leaves either way
-        natural = pinned if pinned is not None else gate - terms_at
+        # no pool where none is left (vLLM refuses: the request fit says so), as at the figures
+        # (terms.kv_bytes): the margin is then what W + P + N + G_e leave, so both edges bracket the point
+        natural = pinned if pinned is not None else max(0, gate - terms_at)
         kv = kv_cache.pool_bytes(config, per_token, natural)
         margin = f0 - u_pre_delta - terms_at - kv - t.x
-        return kv_cache.tokens_for(max(0, kv), per_token, dcp), margin
+        return kv_cache.tokens_for(kv, per_token, dcp), margin
 
     tok_lo, margin_lo = edge(above, u.high)
     tok_hi, margin_hi = edge(-below, -u.low)

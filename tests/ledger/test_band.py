@@ -160,3 +160,28 @@ def test_the_band_facts_are_what_the_script_derives() -> None:
         assert t[kind]["half_width_bytes"] == max(
             abs(c[1] if isinstance(c, list) else int(c["error_bytes"])) for c in t[kind]["cases"]
         )
+
+
+#: variants that reach every verdict: an empty pool (refused), negative margins, thin runtime margins
+VARIANTS = (
+    ("memory.gpu_memory_utilization=0.9",),
+    ("memory.gpu_memory_utilization=0.95",),
+    ("memory.gpu_memory_utilization=0.95", "speculative.num_speculative_tokens=3"),
+    ("memory.gpu_memory_utilization=0.98", "memory.num_gpu_blocks_override=null"),
+    ("memory.gpu_memory_utilization=0.99",),
+    ("model.weights_per_rank=95GiB",),
+)
+
+
+@pytest.mark.parametrize("profile", SHIPPED)
+def test_every_range_holds_its_figure_whatever_the_verdict(profile: str) -> None:
+    # a refused plan too: where no pool is left, the point and both edges price the pool the same way
+    # (none), so the edges never both lie on one side of the figure
+    for sets in VARIANTS:
+        b = plan_profile(profile, sets).budget
+        for rng, point in (
+            (b.kv_tokens_range, b.kv_tokens),
+            (b.margin_range, b.margin),
+            (b.runtime_margin_range, b.runtime_margin),
+        ):
+            assert rng[0] <= point <= rng[1], (profile, sets, b.verdict, rng, point)
