@@ -105,6 +105,9 @@ class Budget(NamedTuple):
     runtime_margin_range: tuple[int, int] = (0, 0)
     #: why an `ok` is a caution: no boot covered the shape and a margin fails at the band's low edge
     band_cautions: tuple[str, ...] = ()
+    #: recommendations dropped because, planned, they do not keep the plan (the plan stage plans them):
+    #: each says what it was and what blocks it
+    dropped_advice: tuple[str, ...] = ()
 
     @property
     def caution(self) -> bool:
@@ -269,7 +272,9 @@ def compute_budget(
     u_hi, over_hi = (0, 0) if band.covered else (band.term("U_pre").high, band_over(band)[1])
     f0_low = f0 - u_hi
     fixed_low = f0_low - budgeted_rest - over_hi - t.x
-    blocks_rec, context_rec = _recommend_blocks(config, per_token, fixed_low, runtime_peak + min_rt)
+    natural_tokens = kv_cache.tokens_for(natural, per_token, config.parallel.dcp)
+    needed = runtime_peak + min_rt
+    blocks_rec, context_rec = _recommend_blocks(config, per_token, fixed_low, needed, natural_tokens)
     gmu_rec = _recommend_gmu(f0_low, t.x, total, keep, budgeted_rest + over_hi, kv_cache.KV_BLOCK * per_token)
     # the KV size that leaves both the minimum margin and the runtime demand (floored to 1 MiB)
     recommended = (fixed_low - keep) // MIB * MIB
@@ -353,12 +358,18 @@ def _ranges(
 
     def edge(over: int, u_pre_delta: int) -> tuple[int, int]:
         terms_at = rest + over
-        # no pool where none is left (vLLM refuses: the request fit says so), as at the figures
-        # (terms.kv_bytes): the margin is then what W + P + N + G_e leave, so both edges bracket the point
-        natural = pinned if pinned is not None else max(0, gate - terms_at)
+        # A natural pool absorbs the terms' band, also past an empty pool (the KV range says vLLM refuses
+        # there; the margin is what the gate leaves). Where the figures themselves leave no pool, the point
+        # has none (terms.kv_bytes) and neither edge has one: the margin is what W + P + N + G_e leave, so
+        # the edges bracket the point.
+        natural = gate - terms_at
+        if pinned is not None:
+            natural = pinned
+        elif gate - rest <= 0:
+            natural = max(0, natural)
         kv = kv_cache.pool_bytes(config, per_token, natural)
         margin = f0 - u_pre_delta - terms_at - kv - t.x
-        return kv_cache.tokens_for(kv, per_token, dcp), margin
+        return kv_cache.tokens_for(max(0, kv), per_token, dcp), margin
 
     tok_lo, margin_lo = edge(above, u.high)
     tok_hi, margin_hi = edge(-below, -u.low)
@@ -366,21 +377,29 @@ def _ranges(
 
 
 def _recommend_blocks(
-    config: DeploymentConfig, per_token: int, free_without_pool: int, needed_after: int
+    config: DeploymentConfig, per_token: int, free_without_pool: int, needed_after: int, natural_tokens: int
 ) -> tuple[int | None, int]:
     """(blocks, context): the smallest pool holding one max_model_len request if it leaves
-    ``needed_after`` bytes free, else the largest pool that does and the context it holds."""
+    ``needed_after`` bytes free, else the largest pool that does and the context it holds.
+
+    vLLM checks one request against the pool it sized from memory (``natural_tokens``) before a pin replaces
+    it, and refuses a pin smaller than the context: so where the natural pool holds less than the context a
+    pin would, the context is the natural pool's and the pin the smallest that holds it (a pin with a
+    context vLLM accepts, never one it refuses)."""
     dcp = config.parallel.dcp
     block_bytes = kv_cache.KV_BLOCK * per_token
     if block_bytes <= 0:
         return None, 0
-    need_blocks = -(-config.scheduler.max_model_len // (kv_cache.KV_BLOCK * dcp))
-    if free_without_pool - need_blocks * block_bytes >= needed_after:
-        return need_blocks, config.scheduler.max_model_len
+    per_block = kv_cache.KV_BLOCK * dcp
+    need_blocks = -(-config.scheduler.max_model_len // per_block)
+    longest = config.scheduler.max_model_len
+    if free_without_pool - need_blocks * block_bytes >= needed_after and natural_tokens >= longest:
+        return need_blocks, longest
     blocks = (free_without_pool - needed_after) // block_bytes
-    if blocks <= 0:
+    if blocks <= 0 or natural_tokens <= 0:
         return None, 0
-    return int(blocks), int(blocks) * kv_cache.KV_BLOCK * dcp
+    context = min(int(blocks) * per_block, natural_tokens, longest)
+    return -(-context // per_block), context
 
 
 def _recommend_gmu(

@@ -188,10 +188,14 @@ class Verdict:
         if b.recommended_num_gpu_blocks is not None:
             pin = f"memory.num_gpu_blocks_override={b.recommended_num_gpu_blocks}"
             if b.recommended_context_tokens < self.max_model_len:
-                pin += f" (holds {b.recommended_context_tokens:,} tokens, less than max_model_len)"
+                # vLLM refuses a pool smaller than the context: the pin comes with the context it holds
+                pin += (
+                    f" with scheduler.max_model_len={b.recommended_context_tokens} (the longest request it "
+                    f"holds; max_model_len is {self.max_model_len:,})"
+                )
             parts.append(pin)
         else:
-            parts.append("no pool pin keeps the runtime margin")
+            parts.append("no pool pin keeps the plan")
         if b.recommended_gpu_memory_utilization is not None:
             holds = b.recommended_gmu_kv_tokens
             short = "" if holds >= self.max_model_len else ", too small for one max_model_len request"

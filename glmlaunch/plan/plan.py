@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import format_size
 from glmlaunch.errors import ConfigError
 from glmlaunch.ledger import LIBRARY_CHOICES, build_ledger
 from glmlaunch.ledger.budget import Budget, compute_budget
@@ -51,6 +52,8 @@ class Plan:
     #: how the inputs were found: the records applied, the rig defaults or none, and what was skipped
     #: (None: the caller gave the inputs)
     calibration: CalibrationUse | None = None
+    #: the records the calibration was looked up in (None: the cache's): a fix is calibrated from them too
+    store: Store | None = None
 
     @property
     def message(self) -> str:
@@ -79,7 +82,7 @@ class Plan:
         if memory is None and self.memory is None:
             return self
         budget, verdict = _judged(self.config, self.ledger, memory)
-        return replace(self, memory=memory, budget=budget, verdict=verdict)
+        return _advice_checked(replace(self, memory=memory, budget=budget, verdict=verdict))
 
     def with_config(self, config: DeploymentConfig) -> Plan:
         """``config`` planned with this plan's inputs, memory and library: a fix or a search step."""
@@ -129,6 +132,7 @@ def make_plan(
     checkpoint: CheckpointOnDisk | None = None,
     device_total: int | None = None,
     library: str = "builtin",
+    check_advice: bool = True,
 ) -> Plan:
     """Calibrate, build the ledger, budget and judge ``config``.
 
@@ -143,6 +147,8 @@ def make_plan(
     * ``device_total``: plan for a device of this many bytes (``plan --gpu-memory``, the GPUs ``watch``
       reads): ledger and budget both; the calibration is fitted for ``config`` as given.
     * ``library``: where layouts come from (``builtin``, ``b12x``, ``auto``).
+    * ``check_advice``: plan the recommended pool pin and ``--kv-cache-memory-bytes`` and drop each
+      where it does not keep the plan (``budget.dropped_advice`` says why); off for those plans.
     """
     library = check_library(library)
     use = None
@@ -154,7 +160,79 @@ def make_plan(
     planned = config if device_total is None else with_device_total(config, device_total)
     ledger = build_ledger(planned, inputs, library=library)
     budget, verdict = _judged(planned, ledger, memory)
-    return Plan(planned, inputs, ledger, budget, verdict, memory, use)
+    plan = Plan(planned, inputs, ledger, budget, verdict, memory, use, store)
+    return _advice_checked(plan) if check_advice else plan
+
+
+def pinned_config(config: DeploymentConfig, blocks: int, context: int) -> DeploymentConfig:
+    """``config`` with the pool pinned at ``blocks`` and, where they hold less, the context they hold."""
+    memory = config.memory.model_copy(update={"num_gpu_blocks_override": blocks})
+    scheduler = config.scheduler
+    if context < scheduler.max_model_len:
+        scheduler = scheduler.model_copy(update={"max_model_len": context})
+    return config.model_copy(update={"memory": memory, "scheduler": scheduler})
+
+
+def _advice_checked(plan: Plan) -> Plan:
+    """``plan`` without a recommendation that would not keep it. The budget sizes the pool pin and
+    ``--kv-cache-memory-bytes`` from this configuration's terms, but vLLM checks one max_model_len request
+    against a fixed pool, a shorter context moves the terms (the profile run's workspaces, the calibration of
+    that shape) and no pool lifts the start gate or the load: advice vLLM would refuse is no advice. So each
+    is planned, unless it cannot change what the plan's own verdict rests on."""
+    b = plan.budget
+    dropped: list[str] = []
+    blocks, kv_bytes = b.recommended_num_gpu_blocks, b.recommended_kv_cache_memory_bytes
+    if blocks is not None:
+        pinned = pinned_config(plan.config, blocks, b.recommended_context_tokens)
+        trivial = plan.verdict.ok and pinned.scheduler == plan.config.scheduler
+        blocked = None if trivial else _blocked(plan, pinned)
+        if blocked is not None:
+            blocks = None
+            pin = f"memory.num_gpu_blocks_override={b.recommended_num_gpu_blocks}"
+            dropped.append(f"{pin}, planned, is blocked by {blocked}")
+    if kv_bytes is not None:
+        fixed = plan.config.model_copy(
+            update={
+                "memory": plan.config.memory.model_copy(
+                    update={"kv_cache_memory_bytes": kv_bytes, "num_gpu_blocks_override": None}
+                )
+            }
+        )
+        trivial = plan.verdict.ok and kv_bytes >= b.request_bytes
+        blocked = None if trivial else _blocked(plan, fixed)
+        if blocked is not None:
+            kv_bytes_given = f"{kv_bytes} ({format_size(kv_bytes)})"
+            kv_bytes = None
+            dropped.append(f"--kv-cache-memory-bytes={kv_bytes_given}, planned, is blocked by {blocked}")
+    if not dropped:
+        return plan
+    budget = b._replace(
+        recommended_num_gpu_blocks=blocks,
+        recommended_context_tokens=b.recommended_context_tokens if blocks is not None else 0,
+        recommended_kv_cache_memory_bytes=kv_bytes,
+        dropped_advice=tuple(dropped),
+    )
+    return replace(plan, budget=budget, verdict=judge(plan.config, plan.ledger, budget))
+
+
+def _blocked(plan: Plan, config: DeploymentConfig) -> str | None:
+    """What blocks ``config``, planned as ``plan`` was (None: it plans ok)."""
+    if config == plan.config:
+        verdict = plan.verdict
+    else:
+        verdict = make_plan(
+            config,
+            memory=plan.memory,
+            store=plan.store,
+            inputs=None if plan.calibration is not None else plan.inputs,
+            checkpoint=plan.inputs.checkpoint,
+            library=plan.ledger.library,
+            check_advice=False,
+        ).verdict
+    if verdict.ok:
+        return None
+    return verdict.blocker.message if verdict.blocker is not None else f"its verdict {verdict.status}"
+
 
 
 def _judged(config: DeploymentConfig, ledger: Ledger, memory: MemoryInputs | None) -> tuple[Budget, Verdict]:

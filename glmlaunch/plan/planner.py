@@ -290,10 +290,14 @@ class BudgetDoc(_Doc):
     recommended_num_gpu_blocks: int | None = Field(
         None,
         description="the smallest pool (blocks per rank) that holds one max_model_len request and keeps the "
-        "runtime margin, else the largest that keeps it; null when none does",
+        "runtime margin, else the largest that keeps it, with the shorter context it holds; null when none "
+        "does, or when that pin, planned, is still blocked (the start gate, the load, the request fit)",
     )
     recommended_context_tokens: int = Field(
-        0, description="the context the recommended pool holds (max_model_len, or less when it cannot)"
+        0,
+        description="the context the recommended pool holds: max_model_len, or less when it cannot (set it "
+        "as max_model_len with the pin: vLLM refuses a pool smaller than the context, and checks one "
+        "request against the pool it sizes from memory, so it is never more than that pool holds)",
     )
     recommended_gpu_memory_utilization: float | None = Field(
         None, description="the highest GMU (3 decimals) whose natural pool keeps both margins"
@@ -315,6 +319,12 @@ class BudgetDoc(_Doc):
         description="covered (a boot of this release and shape is on record), covered_by (its ids), shape, "
         "and terms: per W, P+N+G_e and U_pre its kind (exact, calibrated, transferred, estimated), "
         "low_bytes, high_bytes and why",
+    )
+    # Added in version 1 (compatible): the recommendations the plan planned and dropped.
+    dropped_advice: list[str] = Field(
+        default=[],
+        description="recommendations (the pool pin, --kv-cache-memory-bytes) that, planned, are still "
+        "blocked, each with what blocks it; their fields are null",
     )
 
 
@@ -548,6 +558,7 @@ def budget_doc(b: Budget) -> BudgetDoc:
         kv_tokens_range=list(b.kv_tokens_range),
         margin_bytes_range=list(b.margin_range),
         runtime_margin_bytes_range=list(b.runtime_margin_range),
+        dropped_advice=list(b.dropped_advice),
         band={
             "covered": b.band.covered,
             "covered_by": list(b.band.covered_by),

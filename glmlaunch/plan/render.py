@@ -306,17 +306,22 @@ def advice_lines(result: ProfilePlan) -> list[str]:
     blocked = obstacle(b)
     if blocked is not None:
         return [blocked]
+    rest = [f"recommended for the runtime margin: {result.verdict.recommendation()}"]
+    # advice that was sized but, planned, does not keep the plan: what it was and what blocks it
+    rest += [f"not recommended: {d}" for d in b.dropped_advice]
     if b.recommended_kv_cache_memory_bytes is None:
+        if any(d.startswith("--kv-cache-memory-bytes=") for d in b.dropped_advice):
+            return ["no --kv-cache-memory-bytes keeps the plan", *rest]
         # a pool fits at the figures, none at the band's low edge (where the recommendations are made)
         return [
             "no --kv-cache-memory-bytes keeps the minimum margin and the runtime demand at the band's low "
             "edge (docs/memory-model.md §11)",
-            f"recommended for the runtime margin: {result.verdict.recommendation()}",
+            *rest,
         ]
     return [
         f"recommended --kv-cache-memory-bytes={b.recommended_kv_cache_memory_bytes} "
         f"({_size(b.recommended_kv_cache_memory_bytes)}) keeps the minimum margin and the runtime demand",
-        f"recommended for the runtime margin: {result.verdict.recommendation()}",
+        *rest,
     ]
 
 

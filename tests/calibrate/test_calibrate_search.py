@@ -218,8 +218,16 @@ def test_overlay_extends_the_original_and_resolves(
     assert resolved.config.scheduler.max_num_batched_tokens == result.best.value
     assert resolved.config.memory.min_margin == 2 * GIB
     best: Evaluation = result.best
-    assert f"memory.kv_cache_memory_bytes: {best.recommended_kv_cache_memory_bytes}" in path.read_text()
+    # at 11,520 batched tokens a fixed pool keeping exactly 2 GiB is 936 MiB, less than one 131,072-token
+    # request (999 MiB): vLLM would refuse it, so the header offers none
+    assert best.recommended_kv_cache_memory_bytes is None
+    assert "memory.kv_cache_memory_bytes" not in path.read_text()
     assert "next step up" in path.read_text()
+    # at 8,192 it holds one (3.2 GB): the header offers it
+    result = run(boot(V3, records), "max-batched-tokens", model, min_margin=2 * GIB, upper=8192)
+    assert result.best is not None and result.best.recommended_kv_cache_memory_bytes is not None
+    text = overlay_yaml(result, extends="r12-exl3", command="glmlaunch calibrate search")
+    assert f"memory.kv_cache_memory_bytes: {result.best.recommended_kv_cache_memory_bytes}" in text
 
 
 def test_cli_search_with_a_stored_calibration(clean_env: dict[str, str], tmp_path: Path) -> None:

@@ -66,12 +66,8 @@ def test_plan_json_and_check_report_the_caution(clean_env: dict[str, str]) -> No
     res = run_cli("plan", "-p", "turnkey", "--set", OTHER_GPU, *unknown, "--json", env=clean_env)
     assert res.returncode == 0, res.stderr
     verdict = json.loads(res.stdout)["verdict"]
-    # ok at the figures; a caution, because the unknown checkpoint's W may be up to a whole unquantized
-    # model: at the band's low edge nothing is left for a pool, and the margin is what W leaves
-    assert verdict["ok"] is True and verdict["status"] == "caution"
-    assert verdict["request_fit_confirmed"] is False
+    assert verdict["status"] == "ok" and verdict["request_fit_confirmed"] is False
     assert verdict["cautions"] and "unconfirmed" in verdict["cautions"][0]
-    assert any("band's low edge" in c for c in verdict["band_cautions"])
     refused = run_cli(
         "plan",
         "-p",

@@ -85,8 +85,9 @@ def test_a_refused_plan_recommends_no_pool_in_json(clean_env: dict[str, str]) ->
     _schema("plan-schema-v1.json").validate(doc)
     budget = doc["budget"]
     assert isinstance(budget, dict) and budget["recommended_kv_cache_memory_bytes"] is None
-    # a plan that fits recommends a pool of its size
-    _, _, ok = _plan(clean_env)
+    # a plan that fits recommends a pool of its size (at half the turnkey's context: at its own, the pool the
+    # band's low edge leaves is smaller than one request, test_the_turnkey_is_not_advised_…)
+    _, _, ok = _plan(clean_env, "--set", "scheduler.max_model_len=262144")
     assert ok["budget"]["recommended_kv_cache_memory_bytes"] > 0  # type: ignore[index]
     # check: the same budget, the same null
     done = run_cli(
@@ -121,3 +122,46 @@ def test_a_pool_that_fits_only_at_the_figures_is_no_recommendation(clean_env: di
         in text
     )
     assert doc["budget"]["recommended_kv_cache_memory_bytes"] is None  # type: ignore[index]
+
+
+#: every verdict the recommendations are printed under: refused (request fit, start gate), runtime-oom,
+#: oom-risk, ok; pinned and natural pools
+ADVISED = [
+    (profile, (*pool, f"memory.gpu_memory_utilization={gmu}"))
+    for profile in ("turnkey", "exl3-tr3-3.42bpw", "r34-exl3-r7", "ii-r18-exl3-r7")
+    for pool in ((), ("memory.num_gpu_blocks_override=null",))
+    for gmu in ("0.93", "0.96", "0.98", "0.99")
+]
+
+
+@pytest.mark.parametrize(("profile", "sets"), ADVISED)
+def test_every_recommended_pool_plans_ok_as_written(profile: str, sets: tuple[str, ...]) -> None:
+    # the advice is applied as the text writes it (a pin with the context it holds; a fixed pool in place
+    # of any pin) and planned: vLLM checks one request against a fixed pool, a shorter context moves the
+    # profile run's terms, and no pool lifts the start gate
+    b = plan_profile(profile, sets).budget
+    natural = [s for s in sets if "num_gpu_blocks_override" not in s]
+    if b.recommended_num_gpu_blocks is not None:
+        pin = [f"memory.num_gpu_blocks_override={b.recommended_num_gpu_blocks}"]
+        pin += [f"scheduler.max_model_len={b.recommended_context_tokens}"]
+        assert plan_profile(profile, [*natural, *pin]).verdict.ok, (sets, pin)
+    if b.recommended_kv_cache_memory_bytes is not None:
+        fixed = ["memory.num_gpu_blocks_override=null"]
+        fixed += [f"memory.kv_cache_memory_bytes={b.recommended_kv_cache_memory_bytes}"]
+        assert plan_profile(profile, [*natural, *fixed]).verdict.ok, (sets, fixed)
+    for dropped in b.dropped_advice:
+        assert ", planned, is blocked by the " in dropped
+
+
+def test_the_turnkey_is_not_advised_a_fixed_pool_smaller_than_one_request(clean_env: dict[str, str]) -> None:
+    # the band's low edge leaves a fixed pool of 7.75 GiB; one 524,288-token request needs 7.81 GiB: vLLM
+    # would refuse it, so the plan says so instead of recommending it
+    code, text, doc = _plan(clean_env)
+    assert code == 0
+    b = doc["budget"]
+    assert isinstance(b, dict)
+    assert b["recommended_kv_cache_memory_bytes"] is None
+    assert "recommended --kv-cache-memory-bytes" not in text
+    line = next(x for x in text.splitlines() if x.startswith("not recommended: --kv-cache-memory-bytes="))
+    assert "the request fit" in line and "524,288-token request" in line
+    assert "with scheduler.max_model_len=" in text

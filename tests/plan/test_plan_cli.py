@@ -83,8 +83,10 @@ def test_document_budget_matches_terms() -> None:
 
 
 def test_recommended_kv_bytes_keeps_the_minimum_margin_and_the_runtime_demand() -> None:
-    rec = plan_profile("turnkey").budget.recommended_kv_cache_memory_bytes
-    pinned = plan_profile("turnkey", [f"memory.kv_cache_memory_bytes={rec}"]).budget
+    # half the turnkey's context: at its own the pool is smaller than one request and not recommended
+    shorter = "scheduler.max_model_len=262144"
+    rec = plan_profile("turnkey", [shorter]).budget.recommended_kv_cache_memory_bytes
+    pinned = plan_profile("turnkey", [shorter, f"memory.kv_cache_memory_bytes={rec}"]).budget
     assert pinned.kv_pinned and pinned.kv == rec
     # the turnkey's runtime demand is larger than the 1 GiB minimum: the runtime margin binds
     keep = max(pinned.min_margin, pinned.runtime_demand + pinned.min_runtime_margin)
@@ -94,8 +96,8 @@ def test_recommended_kv_bytes_keeps_the_minimum_margin_and_the_runtime_demand() 
     low = pinned.margin_range[0]
     assert keep <= low < keep + MIB
     assert 0 <= pinned.runtime_margin_range[0] < MIB and pinned.margin > low
-    # the band costs the pool what the low edge may take: a pool that no longer holds one request says so
-    assert pinned.verdict == ("ok" if pinned.request_fits else "refused")
+    # a recommended pool holds one request (the plan planned it)
+    assert pinned.request_fits and pinned.verdict == "ok"
 
 
 def test_gpu_memory_option_changes_total(clean_env: dict[str, str]) -> None:
