@@ -234,7 +234,6 @@ def _blocked(plan: Plan, config: DeploymentConfig) -> str | None:
     return verdict.blocker.message if verdict.blocker is not None else f"its verdict {verdict.status}"
 
 
-
 def _judged(config: DeploymentConfig, ledger: Ledger, memory: MemoryInputs | None) -> tuple[Budget, Verdict]:
     budget = compute_budget(
         config,
