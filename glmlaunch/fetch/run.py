@@ -31,11 +31,8 @@ from glmlaunch.fetch.payload import FetchedCheckpoint, WeightsPayload
 from glmlaunch.fetch.stamp import (
     Stamp,
     StampedFile,
-    UpstreamMarkers,
-    check_identity,
-    known_repository,
+    identity,
     read_stamp,
-    read_upstream,
     write_stamp,
 )
 from glmlaunch.fetch.target import (
@@ -104,19 +101,6 @@ class FetchReport:
 
 
 Say = Callable[[str], None]
-
-
-def identity(target: CheckpointTarget) -> tuple[CheckpointTarget, Stamp | None, UpstreamMarkers | None]:
-    """The destination's stamp and upstream's markers, the repository completed from them; refused when
-    they name another repository."""
-    if target.kind == "local-dir":
-        stamp = read_stamp(target.stamp_path(None))
-        upstream = read_upstream(target.directory)
-        if target.repository is None:
-            target = replace(target, repository=known_repository(stamp, upstream))
-        check_identity(target, stamp, upstream)
-        return target, stamp, upstream
-    return target, read_stamp(target.stamp_path(target.resolved_commit())), None
 
 
 def _unknown_repository(target: CheckpointTarget) -> GlmlaunchError:

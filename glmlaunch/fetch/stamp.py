@@ -16,7 +16,7 @@ are verified. Upstream's own markers are read too, so a directory the appliance 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -147,3 +147,16 @@ def check_identity(target: CheckpointTarget, stamp: Stamp | None, upstream: Upst
         value=str(target.directory),
         hint="point model.path at another directory, or delete that one first",
     )
+
+
+def identity(target: CheckpointTarget) -> tuple[CheckpointTarget, Stamp | None, UpstreamMarkers | None]:
+    """The destination's stamp and upstream's markers, the repository completed from them; refused when
+    they name another repository."""
+    if target.kind == "local-dir":
+        stamp = read_stamp(target.stamp_path(None))
+        upstream = read_upstream(target.directory)
+        if target.repository is None:
+            target = replace(target, repository=known_repository(stamp, upstream))
+        check_identity(target, stamp, upstream)
+        return target, stamp, upstream
+    return target, read_stamp(target.stamp_path(target.resolved_commit())), None

@@ -24,12 +24,12 @@ from typing import Literal
 
 from glmlaunch.config.resolve import Resolved
 from glmlaunch.config.schema import DeploymentConfig
+from glmlaunch.config.units import format_size
 from glmlaunch.errors import GlmlaunchError, WeightsError
 from glmlaunch.fetch import disk
 from glmlaunch.fetch.documented import documented_size
 from glmlaunch.fetch.payload import FetchedCheckpoint, WeightsPayload
-from glmlaunch.fetch.run import fetch, human, identity
-from glmlaunch.fetch.stamp import Stamp, read_stamp, read_upstream
+from glmlaunch.fetch.stamp import Stamp, identity, read_stamp, read_upstream
 from glmlaunch.fetch.target import CheckpointTarget, resolve_target
 from glmlaunch.ledger.inputs import CheckpointOnDisk
 
@@ -63,7 +63,8 @@ def _present(target: CheckpointTarget) -> tuple[WeightsState, str]:
     if stamp is not None and stamp.complete and stamp.files:
         state = disk.scan(where, [(f.path, f.size) for f in stamp.files])
         if state.complete:
-            return "present", f"{where}: {len(stamp.files)} files, {human(stamp.total_bytes)}, as stamped"
+            size = format_size(stamp.total_bytes)
+            return "present", f"{where}: {len(stamp.files)} files, {size}, as stamped"
         return "missing", f"{where} no longer matches its stamp ({state.summary()})"
     if target.kind == "hub-cache" and commit is not None and where.is_dir():
         listed = _tree_listing(target, commit)
@@ -131,8 +132,10 @@ def ensure_weights(
     if fetch_missing:
         if dry_run:
             doc = documented_size(target.repository, target.revision)
-            size = f"{human(doc.bytes)} documented" if doc is not None else "its size from the hub"
+            size = f"{format_size(doc.bytes)} documented" if doc is not None else "its size from the hub"
             return WeightsStatus("missing", f"{detail}; --fetch: a real launch fetches it first ({size})")
+        from glmlaunch.fetch.run import fetch  # the downloader (huggingface_hub): only when fetching
+
         report = fetch(
             config,
             profile,

@@ -112,7 +112,6 @@ def checkpoint_for(config: DeploymentConfig, environ: Mapping[str, str]) -> Chec
     ``HF_HUB_OFFLINE``, kept in glmlaunch's cache so the next plan does not ask again)."""
     from glmlaunch.calibrate.store import cache_dir
     from glmlaunch.config.environment import compose
-    from glmlaunch.fetch.metadata import hub_checkpoint
     from glmlaunch.fetch.status import checkpoint_on_disk
     from glmlaunch.ledger.weights import known
 
@@ -120,6 +119,8 @@ def checkpoint_for(config: DeploymentConfig, environ: Mapping[str, str]) -> Chec
     found = checkpoint_on_disk(config, launch_env)
     if found is not None or known(config) or config.model.weights_per_rank is not None:
         return found
+    from glmlaunch.fetch.metadata import hub_checkpoint  # the hub's file metadata: only when it is asked
+
     return hub_checkpoint(config, caller_env=environ, launch_env=launch_env, cache_dir=cache_dir(environ))
 
 

@@ -147,7 +147,8 @@ watched = (
     "glmlaunch.calibrate.records", "glmlaunch.vllmlog.boot", "glmlaunch.vllmlog.bootconfig",
     "glmlaunch.vllmlog.events", "glmlaunch.calibrate.bootconfig",
     "glmlaunch.hardware.inventory", "glmlaunch.plan.audit", "glmlaunch.plan.diff", "rich._emoji_codes",
-    "importlib.metadata",
+    "importlib.metadata", "glmlaunch.fetch.run", "glmlaunch.fetch.hub", "glmlaunch.fetch.metadata",
+    "huggingface_hub", "logging",
 )
 from glmlaunch.plan.planner import PlanDoc
 print(json.dumps({
@@ -163,7 +164,9 @@ def test_plan_on_an_empty_store_builds_no_record_models(clean_env: dict[str, str
     # A fresh install has no calibration record: the records' models (boot log, fingerprint, inventory)
     # are for reading one; the JSON document models for --json; the emoji table for nothing (data is
     # printed as written); Typer's parameter adapters must not trigger pydantic's plugin scan either, nor
-    # the installed-vLLM lookup import importlib.metadata where vLLM cannot be imported (issue 22).
+    # the installed-vLLM lookup import importlib.metadata where vLLM cannot be imported (issue 22). The
+    # plan looks at the checkpoint on disk; the downloader and the hub client are for fetching, and the
+    # hub's metadata only for a checkpoint the weights table does not know.
     probe = _probe(RUN_PLAN, clean_env)
     assert probe == {
         "modules": [],
