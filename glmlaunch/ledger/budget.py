@@ -391,8 +391,8 @@ def _recommend_blocks(
     if block_bytes <= 0:
         return None, 0
     per_block = kv_cache.KV_BLOCK * dcp
-    need_blocks = -(-config.scheduler.max_model_len // per_block)
     longest = config.scheduler.max_model_len
+    need_blocks = -(-longest // per_block)
     if free_without_pool - need_blocks * block_bytes >= needed_after and natural_tokens >= longest:
         return need_blocks, longest
     blocks = (free_without_pool - needed_after) // block_bytes

@@ -167,11 +167,12 @@ def make_plan(
 
 def pinned_config(config: DeploymentConfig, blocks: int, context: int) -> DeploymentConfig:
     """``config`` with the pool pinned at ``blocks`` and, where they hold less, the context they hold."""
-    memory = config.memory.model_copy(update={"num_gpu_blocks_override": blocks})
-    scheduler = config.scheduler
-    if context < scheduler.max_model_len:
-        scheduler = scheduler.model_copy(update={"max_model_len": context})
-    return config.model_copy(update={"memory": memory, "scheduler": scheduler})
+    from glmlaunch.calibrate.apply import _with
+
+    pinned = _with(config, "memory.num_gpu_blocks_override", blocks)
+    if context < config.scheduler.max_model_len:
+        return _with(pinned, "scheduler.max_model_len", context)
+    return pinned
 
 
 def _advice_checked(plan: Plan) -> Plan:
@@ -192,13 +193,10 @@ def _advice_checked(plan: Plan) -> Plan:
             pin = f"memory.num_gpu_blocks_override={b.recommended_num_gpu_blocks}"
             dropped.append(f"{pin}, planned, is blocked by {blocked}")
     if kv_bytes is not None:
-        fixed = plan.config.model_copy(
-            update={
-                "memory": plan.config.memory.model_copy(
-                    update={"kv_cache_memory_bytes": kv_bytes, "num_gpu_blocks_override": None}
-                )
-            }
-        )
+        from glmlaunch.calibrate.apply import _with
+
+        unpinned = _with(plan.config, "memory.num_gpu_blocks_override", None)
+        fixed = _with(unpinned, "memory.kv_cache_memory_bytes", kv_bytes)
         trivial = plan.verdict.ok and kv_bytes >= b.request_bytes
         blocked = None if trivial else _blocked(plan, fixed)
         if blocked is not None:
