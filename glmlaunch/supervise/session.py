@@ -196,6 +196,9 @@ class _Run:
     steps_deadline: float | None = None
     #: a stopping signal after vLLM's exit: every later step is abandoned
     abandoned: str | None = None
+    #: a stopping signal taken in the wait loop after vLLM had exited (not forwarded: the first step
+    #: after the exit is abandoned for it, as for one that comes during that step)
+    stopped_after_exit: int | None = None
     #: why the last step given up was (that signal, or the stop budget spent)
     skipped: str | None = None
 
@@ -219,6 +222,8 @@ def _step(
         return None
     deadline = run.steps_deadline if budgeted else None
     why: str | None = None
+    if run.stopped_after_exit is not None:
+        why = run.abandoned = f"{process.signal_name(run.stopped_after_exit)} after vLLM exited"
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -228,8 +233,9 @@ def _step(
             box["error"] = exc
 
     thread = threading.Thread(target=target, name=f"glmlaunch-{what.replace(' ', '-')}", daemon=True)
-    thread.start()
-    while thread.is_alive():
+    if why is None:
+        thread.start()
+    while why is None and thread.is_alive():
         wait = 0.2
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
@@ -593,7 +599,14 @@ def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | N
         wake = min(t for t in (next_tick, escalate_at, kill_at) if t is not None)
         sig = process.wait_signal(max(0.0, wake - now))
         now = time.monotonic()
-        if sig is not None and sig != signal.SIGCHLD:
+        # reaped before a signal is forwarded: when vLLM has exited, its SIGCHLD can be pending behind a
+        # lower-numbered signal (SIGTERM 15 is taken before SIGCHLD 17), which then came after vLLM's exit
+        reaped = process.reap()
+        exited = any(pid == child.pid for pid, _ in reaped)
+        if sig is not None and sig != signal.SIGCHLD and exited:
+            if sig in process.STOPPING and run.stopped_after_exit is None:
+                run.stopped_after_exit = sig
+        elif sig is not None and sig != signal.SIGCHLD:
             if sig == signal.SIGWINCH and pty_master is not None:
                 copy_window_size(1 if os.isatty(1) else 2, pty_master)  # the terminal the pty stands for
             process.send(child.pid, sig)
@@ -601,7 +614,7 @@ def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | N
             if sig in process.STOPPING and escalate_at is None:
                 escalate_at = now + stops.deadline_s
         vllm_status: int | None = None
-        for pid, status in process.reap():
+        for pid, status in reaped:
             if pid == child.pid:
                 vllm_status = status
             elif run.lmcache is not None and pid == run.lmcache.pid:

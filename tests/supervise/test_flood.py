@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES, glmlaunch_exe
-from test_supervise import INVENTORY, _stop_what_was_started, alive, boots_dir, outcome, wait_for
+from test_supervise import INVENTORY, _stop_what_was_started, boots_dir, outcome, wait_for
 
 from glmlaunch.plan.profile_import import build_profile
 
@@ -147,7 +147,9 @@ def test_sigterm_after_vllm_exited_ends_the_boot_log_reading(profile: Path, env:
         wait_for(lambda: sup.vllm_pid() is not None, timeout=60)
         pid = sup.vllm_pid()
         assert pid is not None
-        wait_for(lambda: not alive(pid), timeout=60)
+        # reaped, not merely a zombie: a SIGTERM sent while glmlaunch has yet to reap vLLM is taken before
+        # the SIGCHLD (the lower signal first) and forwarded to vLLM, a stop before its exit (CI, stop 36)
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60)
         assert not (the_boot(env) / "outcome.json").exists(), "the boot log was read before the signal"
         sent = time.monotonic()
         sup.proc.send_signal(signal.SIGTERM)
@@ -159,6 +161,32 @@ def test_sigterm_after_vllm_exited_ends_the_boot_log_reading(profile: Path, env:
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0  # vLLM's own exit status, still
     assert any("SIGTERM after vLLM exited" in n for n in doc["notes"]), doc["notes"]
     assert took < 5, f"glmlaunch took {took:.1f} s to end after SIGTERM"
+
+
+def test_a_sigterm_queued_behind_vllms_exit_is_not_forwarded(profile: Path, env: dict[str, str]) -> None:
+    """The race CI met (stop 36): vLLM has exited but glmlaunch has not yet taken its SIGCHLD when SIGTERM
+    comes; with both pending, the lower-numbered SIGTERM is taken first. glmlaunch is stopped (SIGSTOP)
+    to hold that order for certain: it must see that vLLM had already exited, forward nothing, and note
+    the signal as one after the exit."""
+    sup = Supervisor(profile, env, kind="lines", bytes=str(MIB), then="wait")
+    try:
+        wait_for(lambda: boot_log_has(env, b"the last line of the flood"), timeout=60)
+        pid = sup.vllm_pid()
+        assert pid is not None
+        os.kill(sup.proc.pid, signal.SIGSTOP)
+        try:
+            os.kill(pid, signal.SIGTERM)  # the fake exits 0 on it: vLLM ends on its own, for glmlaunch
+            wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z")
+            sup.proc.send_signal(signal.SIGTERM)  # pending beside the SIGCHLD while glmlaunch is stopped
+        finally:
+            os.kill(sup.proc.pid, signal.SIGCONT)
+        status, _ = sup.wait(timeout=30)
+    finally:
+        sup.kill()
+    doc = outcome(env)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert doc["signals_forwarded"] == [], doc["signals_forwarded"]
+    assert any("SIGTERM after vLLM exited" in n for n in doc["notes"]), doc["notes"]
 
 
 def test_after_a_forwarded_sigterm_the_log_reading_is_bounded(profile: Path, env: dict[str, str]) -> None:
