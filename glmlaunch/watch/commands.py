@@ -524,7 +524,7 @@ def _print_candidate(x: Any, c: Any) -> None:
         t.add_column("verdict", no_wrap=True)
         t.add_column("runtime margin", justify="right", no_wrap=True)
         for f in c.fixes:
-            t.add_row(f.setting, f.effect, f.verdict, format_size(f.runtime_margin_bytes))
+            t.add_row("\n".join(f.settings), f.effect, f.verdict, format_size(f.runtime_margin_bytes))
         out.print(fit(t))
     elif c.phase == "startup":
         out.print(

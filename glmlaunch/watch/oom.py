@@ -45,7 +45,7 @@ from glmlaunch.config.units import MIB, format_size
 from glmlaunch.ledger.inputs import LedgerInputs
 from glmlaunch.ledger.kv_cache import KV_BLOCK
 from glmlaunch.ledger.model import PHASES, Entry
-from glmlaunch.plan.plan import Plan, make_plan
+from glmlaunch.plan.plan import Plan, make_plan, pinned_config
 from glmlaunch.vllmlog.boot import BootLog
 from glmlaunch.vllmlog.events import RuntimeEvent, tried_unit
 from glmlaunch.vllmlog.lines import tp_index
@@ -96,15 +96,28 @@ class Fix:
     effect: str
     verdict: str
     runtime_margin_bytes: int
+    #: the settings it needs beside ``key`` (a pool pin that holds less than max_model_len comes with the
+    #: context it holds: vLLM refuses the pin alone)
+    also: tuple[tuple[str, int | float], ...] = ()
 
     @property
     def setting(self) -> str:
         return f"{self.key}={self.value}"
 
+    @property
+    def settings(self) -> tuple[str, ...]:
+        return (self.setting, *(f"{k}={v}" for k, v in self.also))
+
+    @property
+    def set_args(self) -> str:
+        """The ``--set`` arguments, as typed."""
+        return " ".join(f"--set {s}" for s in self.settings)
+
     def to_json(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "set": self.setting,
+            "sets": list(self.settings),
             "key": self.key,
             "value": self.value,
             "effect": self.effect,
@@ -198,7 +211,7 @@ class Explanation:
             text += f"; most likely {m.entry.name} ({format_size(m.entry.device_bytes)}"
             text += f", {m.phase})" if m.phase else ", startup)"
         if self.fixes:
-            text += "; would have kept it: " + " or ".join(f"--set {f.setting}" for f in self.fixes)
+            text += "; would have kept it: " + " or ".join(f.set_args for f in self.fixes)
         return text
 
     def to_json(self) -> dict[str, object]:
@@ -338,17 +351,22 @@ def runtime_fixes(plan: Plan, floor: int, source: str) -> tuple[tuple[Fix, ...],
     fixes: list[Fix] = []
     blocks = base.recommended_num_gpu_blocks
     if blocks is not None:
-        pinned = _replan(plan, _with(config, "memory.num_gpu_blocks_override", blocks), inputs)
+        context = base.recommended_context_tokens
+        pinned_cfg = pinned_config(config, blocks, context)
+        pinned = _replan(plan, pinned_cfg, inputs)
         b, v = pinned.budget, pinned.verdict.status
+        shorter = pinned_cfg.scheduler.max_model_len < config.scheduler.max_model_len
         if v in _KEEPS:
             fixes.append(
                 Fix(
                     "pool-pin",
                     "memory.num_gpu_blocks_override",
                     blocks,
-                    f"pin the KV pool at {blocks:,} blocks ({base.recommended_context_tokens:,} tokens)",
+                    f"pin the KV pool at {blocks:,} blocks ({context:,} tokens"
+                    + (", the context it holds)" if shorter else ")"),
                     v,
                     b.runtime_margin,
+                    also=(("scheduler.max_model_len", context),) if shorter else (),
                 )
             )
     gmu = base.recommended_gpu_memory_utilization

@@ -147,3 +147,35 @@ def test_a_startup_oom_stores_nothing_and_says_why(clean_env: dict[str, str], tm
     assert done.returncode == 0, done.stderr
     assert "nothing stored: a startup OOM proves no runtime demand" in done.stderr
     assert "the runtime demand is raised" not in str(_plan(clean_env, "-p", "turnkey")["calibration"])
+
+
+def test_a_pool_pin_that_holds_less_than_the_context_comes_with_the_context_it_holds(
+    clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """turnkey at its natural pool: the pin that keeps the demand holds fewer tokens than max_model_len, so
+    the fix sets both (vLLM refuses the pin alone: one max_model_len request must fit the pool)."""
+    args = ("-p", "turnkey", "--set", "memory.num_gpu_blocks_override=null")
+    (oom,) = _json(clean_env, *args, str(_log(tmp_path)))["ooms"]  # type: ignore[misc]
+    pin = next(f for f in oom["fixes"] if f["kind"] == "pool-pin")
+    blocks = pin["value"]
+    key, context = pin["sets"][1].split("=")
+    assert pin["sets"][0] == pin["set"] == f"memory.num_gpu_blocks_override={blocks}"
+    assert key == "scheduler.max_model_len" and int(context) < 524288
+    config = resolve_config("turnkey", ("memory.num_gpu_blocks_override=null",)).config
+    alone = make_plan(_with(config, "memory.num_gpu_blocks_override", blocks))
+    assert not alone.budget.request_fits  # the pin alone: vLLM refuses it
+    both = make_plan(_with(_with(config, "memory.num_gpu_blocks_override", blocks), key, int(context)))
+    assert both.verdict.status in KEEPS and both.budget.request_fits
+    text = run_cli("explain-oom", *args, str(_log(tmp_path)), env=clean_env).stdout
+    assert f"memory.num_gpu_blocks_override={blocks} " in text  # the table: one row, both settings
+    assert f"scheduler.max_model_len={context}" in text
+
+
+def test_a_two_key_fix_is_typed_as_two_set_arguments() -> None:
+    """The headline watch events carry ("would have kept it: ...") gives each key its own --set."""
+    from glmlaunch.watch.oom import Fix
+
+    also = (("scheduler.max_model_len", 518016),)
+    fix = Fix("pool-pin", "memory.num_gpu_blocks_override", 4047, "", "ok", 0, also)
+    assert fix.set_args == "--set memory.num_gpu_blocks_override=4047 --set scheduler.max_model_len=518016"
+    assert fix.to_json()["sets"] == ["memory.num_gpu_blocks_override=4047", "scheduler.max_model_len=518016"]
