@@ -196,9 +196,6 @@ class _Run:
     steps_deadline: float | None = None
     #: a stopping signal after vLLM's exit: every later step is abandoned
     abandoned: str | None = None
-    #: a stopping signal taken in the wait loop after vLLM had exited (not forwarded: the first step
-    #: after the exit is abandoned for it, as for one that comes during that step)
-    stopped_after_exit: int | None = None
     #: why the last step given up was (that signal, or the stop budget spent)
     skipped: str | None = None
 
@@ -222,8 +219,6 @@ def _step(
         return None
     deadline = run.steps_deadline if budgeted else None
     why: str | None = None
-    if run.stopped_after_exit is not None:
-        why = run.abandoned = f"{process.signal_name(run.stopped_after_exit)} after vLLM exited"
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -233,9 +228,8 @@ def _step(
             box["error"] = exc
 
     thread = threading.Thread(target=target, name=f"glmlaunch-{what.replace(' ', '-')}", daemon=True)
-    if why is None:
-        thread.start()
-    while why is None and thread.is_alive():
+    thread.start()
+    while thread.is_alive():
         wait = 0.2
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
@@ -604,8 +598,10 @@ def _wait(run: _Run, child: process.Child, stops: Deadlines, pty_master: int | N
         reaped = process.reap()
         exited = any(pid == child.pid for pid, _ in reaped)
         if sig is not None and sig != signal.SIGCHLD and exited:
-            if sig in process.STOPPING and run.stopped_after_exit is None:
-                run.stopped_after_exit = sig
+            if sig in process.STOPPING:
+                # not forwarded: pending again (signals stay blocked), the first step after the exit takes
+                # it as one that came during that step
+                signal.pthread_kill(threading.get_ident(), sig)
         elif sig is not None and sig != signal.SIGCHLD:
             if sig == signal.SIGWINCH and pty_master is not None:
                 copy_window_size(1 if os.isatty(1) else 2, pty_master)  # the terminal the pty stands for
